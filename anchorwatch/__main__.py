@@ -1,0 +1,3 @@
+from anchorwatch.cli import main
+
+main()

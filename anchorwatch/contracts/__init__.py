@@ -1,0 +1,53 @@
+"""Wire contracts: typed models, JSON Schemas and an orjson codec. Does no I/O."""
+
+from anchorwatch.contracts.codec import (
+    ContractError,
+    FieldProblem,
+    decode,
+    decode_baseline,
+    decode_drift_event,
+    decode_snapshot,
+    decode_verdict,
+    decode_window,
+    encode,
+    validate,
+)
+from anchorwatch.contracts.models import (
+    RESAMPLE,
+    SCHEMA_VERSION,
+    AnchorSnapshot,
+    Baseline,
+    DeadLetter,
+    DriftEvent,
+    DriftEvidence,
+    Reason,
+    SnapshotEvent,
+    Verdict,
+    WindowAggregate,
+    verdict_id,
+)
+
+__all__ = [
+    "RESAMPLE",
+    "SCHEMA_VERSION",
+    "AnchorSnapshot",
+    "Baseline",
+    "DeadLetter",
+    "ContractError",
+    "DriftEvent",
+    "DriftEvidence",
+    "FieldProblem",
+    "Reason",
+    "SnapshotEvent",
+    "Verdict",
+    "WindowAggregate",
+    "decode",
+    "decode_baseline",
+    "decode_drift_event",
+    "decode_snapshot",
+    "decode_verdict",
+    "decode_window",
+    "encode",
+    "validate",
+    "verdict_id",
+]

@@ -1,0 +1,238 @@
+"""Typed wire contracts shared by the connectors, the Flink jobs and the alerting service.
+
+Pure data: no I/O, no client libraries. Every record on a project topic is one of these
+models encoded as a JSON object (see ``codec.py``); the JSON Schemas in ``schemas/`` are
+generated from them and checked in, so the two can never drift apart unnoticed.
+
+Times are integer milliseconds since the Unix epoch (UTC): the unit Kong's log serializer
+uses (``started_at``) and the one Flink turns into event time without string parsing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+
+#: Bumped when a change to a model is not backward compatible; part of each schema's $id.
+SCHEMA_VERSION = 1
+
+# 2000-01-01 .. 2100-01-01: anything outside is a unit mistake (seconds, microseconds).
+EpochMillis = Annotated[int, Field(ge=946_684_800_000, lt=4_102_444_800_000)]
+Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+# Doc types come from request headers: untrusted text. Bounded, printable, escaped on output.
+DocType = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f\x7f]+$")]
+Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+
+SnapshotStatus = Literal["active", "disabled"]
+#: The recommendation that marks an anchor the model should re-read; its share is a signal.
+RESAMPLE = "re-sample"
+
+
+class _Contract(BaseModel):
+    # strict: "0.5" is not a number and 1 is not a string on our wire. Unknown keys are
+    # ignored so that an older reader accepts a newer writer's additions. (Lists, not
+    # tuples: strict mode takes JSON arrays only as lists.)
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+
+
+class AnchorSnapshot(_Contract):
+    """The model's state at one semantic anchor of the prompt (one JSON object of the log)."""
+
+    anchor_id: Identifier = Field(description="Anchor marker id, e.g. SECTION_003.")
+    position: int = Field(ge=0, description="Token offset of the anchor in the prompt.")
+    l2_norm: NonNegative
+    cosine_angle: float = Field(ge=-1.0, le=1.0, allow_inf_nan=False)
+    kl_divergence: NonNegative
+    drift_score: Probability = Field(description="How far the model's grip slipped, 0..1.")
+    recommendation: str = Field(
+        min_length=1, max_length=64, description='e.g. "none", "re-sample".'
+    )
+
+
+class SnapshotEvent(_Contract):
+    """One gateway request's semantic snapshot: the record on the snapshots topic."""
+
+    event_id: Identifier = Field(description="Unique per request; the idempotency key.")
+    event_time_ms: EpochMillis = Field(description="When the request started (event time).")
+    doc_type: DocType
+    snapshot_status: SnapshotStatus
+    anchor_count: int = Field(ge=0, le=100_000, description="Anchors the gateway counted.")
+    anchors: list[AnchorSnapshot] = Field(
+        default_factory=list, max_length=10_000, description="The per-anchor snapshot log."
+    )
+    source: str | None = Field(
+        default=None, max_length=200, description="Where the record came from (gateway, file)."
+    )
+
+    @model_validator(mode="after")
+    def _anchors_fit_count(self) -> SnapshotEvent:
+        if len(self.anchors) > self.anchor_count:
+            raise ValueError(
+                f"anchors: the log lists {len(self.anchors)} anchors "
+                f"but anchor_count is {self.anchor_count}"
+            )
+        if self.snapshot_status == "disabled" and self.anchors:
+            raise ValueError("anchors: must be empty when snapshot_status is 'disabled'")
+        return self
+
+    # Request-level figures, derived here once so the per-event path in Flink reads scalars
+    # instead of unnesting the anchor list. They are written on encode and recomputed (never
+    # trusted) on decode. A request without anchors has drift 0.0: the "stuck at zero"
+    # data-quality signature, which the job counts separately.
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def mean_drift(self) -> float:
+        if not self.anchors:
+            return 0.0
+        return sum(a.drift_score for a in self.anchors) / len(self.anchors)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def max_drift(self) -> float:
+        return max((a.drift_score for a in self.anchors), default=0.0)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def max_kl_divergence(self) -> float:
+        return max((a.kl_divergence for a in self.anchors), default=0.0)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def resample_count(self) -> int:
+        return sum(1 for a in self.anchors if a.recommendation == RESAMPLE)
+
+
+class WindowAggregate(_Contract):
+    """Per doc type, per event-time window: what the window saw."""
+
+    doc_type: DocType
+    window_start_ms: EpochMillis
+    window_end_ms: EpochMillis
+    request_count: int = Field(ge=0)
+    mean_drift: Probability
+    max_drift: Probability | None = None
+    p95_drift: Probability | None = None
+    stddev_drift: NonNegative | None = None
+    anchor_count: int | None = Field(default=None, ge=0)
+    disabled_share: Probability | None = None
+    zero_anchor_share: Probability | None = None
+    resample_share: Probability | None = None
+    mean_kl_divergence: NonNegative | None = None
+    late_count: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _window_ordered(self) -> WindowAggregate:
+        if self.window_end_ms <= self.window_start_ms:
+            raise ValueError("window_end_ms: must be after window_start_ms")
+        return self
+
+
+BreachLevel = Literal["none", "warning", "critical"]
+RuleKind = Literal["baseline", "static"]
+
+
+class Reason(_Contract):
+    code: str = Field(min_length=1, max_length=64, description='e.g. "above_threshold".')
+    message: str = Field(max_length=2_000)
+
+
+class Verdict(_Contract):
+    """One per (doc type, window): the window compared with that type's baseline."""
+
+    verdict_id: Identifier = Field(description="Deterministic; see verdict_id().")
+    job_version: str = Field(min_length=1, max_length=64)
+    window: WindowAggregate
+    rule: RuleKind
+    baseline_version: str | None = Field(default=None, max_length=64)
+    threshold: Probability
+    min_requests: int = Field(ge=1)
+    breach_level: BreachLevel
+    reasons: list[Reason] = Field(default_factory=list)
+
+
+BaselineStatus = Literal["fitted", "insufficient_history"]
+
+
+class Baseline(_Contract):
+    """A doc type's normal drift, fitted on history. Keyed by doc type on a compacted topic."""
+
+    doc_type: DocType
+    version: str = Field(min_length=1, max_length=64, description="Changes on every refit.")
+    status: BaselineStatus
+    fitted_at_ms: EpochMillis
+    history_start_ms: EpochMillis
+    history_end_ms: EpochMillis
+    window_count: int = Field(ge=0, description="How many one-minute windows it rests on.")
+    center: Probability = Field(description="Median of window mean drift.")
+    spread: NonNegative = Field(description="Robust spread (scaled MAD) of window means.")
+    p95: Probability
+    p99: Probability
+    typical_request_count: NonNegative
+    threshold: Probability = Field(description="A window mean above this breaches.")
+    min_requests: int = Field(ge=1, description="Fewer requests than this prove nothing.")
+    hourly_center: list[Probability] | None = Field(
+        default=None, description="Per hour-of-day center (24 values) when history allows."
+    )
+
+    @model_validator(mode="after")
+    def _history_ordered(self) -> Baseline:
+        if self.history_end_ms < self.history_start_ms:
+            raise ValueError("history_end_ms: must not be before history_start_ms")
+        if self.hourly_center is not None and len(self.hourly_center) != 24:
+            raise ValueError("hourly_center: must hold exactly 24 values")
+        return self
+
+
+DriftEventType = Literal["ANCHOR_DRIFT_ALERT", "ANCHOR_DRIFT_RESOLVED"]
+Severity = Literal["warning", "critical"]
+
+
+class DriftEvidence(_Contract):
+    window_start_ms: EpochMillis
+    mean_drift: Probability
+    threshold: Probability
+    request_count: int = Field(ge=0)
+    baseline_version: str | None = None
+    reasons: list[Reason] = Field(default_factory=list)
+
+
+class DriftEvent(_Contract):
+    """Downstream event for services such as a RAG retriever; keyed by doc type."""
+
+    event_id: Identifier = Field(description="Deterministic: incident id + event type.")
+    event_type: DriftEventType
+    incident_id: Identifier
+    doc_type: DocType
+    severity: Severity
+    opened_at_ms: EpochMillis
+    emitted_at_ms: EpochMillis
+    resolved_at_ms: EpochMillis | None = None
+    evidence: DriftEvidence
+
+    @model_validator(mode="after")
+    def _resolution_has_time(self) -> DriftEvent:
+        if (self.event_type == "ANCHOR_DRIFT_RESOLVED") != (self.resolved_at_ms is not None):
+            raise ValueError("resolved_at_ms: set exactly when event_type is ANCHOR_DRIFT_RESOLVED")
+        return self
+
+
+def verdict_id(doc_type: str, window_start_ms: int, job_version: str) -> str:
+    """The same window judged by the same job version always gets the same id.
+
+    Hashed so the id stays short and safe whatever characters the doc type holds.
+    """
+    digest = hashlib.sha256(f"{doc_type}\x1f{window_start_ms}\x1f{job_version}".encode())
+    return f"v1-{digest.hexdigest()[:32]}"
+
+
+class DeadLetter(_Contract):
+    """A rejected input record, kept with the reason so nothing is silently dropped."""
+
+    raw: str = Field(description="The rejected bytes, as UTF-8 text (invalid bytes replaced).")
+    reason: str = Field(max_length=2_000, description="What was wrong, naming the field.")
+    field: str = Field(max_length=500, description='The first bad field ("$" = the record).')
+    source: str = Field(max_length=200, description="Where it came from (connector, file).")
+    rejected_at_ms: EpochMillis

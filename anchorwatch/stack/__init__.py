@@ -1,0 +1,1 @@
+"""The local stack: pinned JVM artifacts, a KRaft Kafka broker, a Flink session cluster."""

@@ -1,0 +1,130 @@
+"""Daemon processes the stack starts: pid files, liveness, ports, stopping without orphans."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from anchorwatch.errors import AnchorwatchError
+
+
+class StackError(AnchorwatchError):
+    """The local stack cannot do what was asked; the message says why."""
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def require_free_ports(host: str, ports: Mapping[str, int]) -> None:
+    busy = [f"{name} port {port}" for name, port in ports.items() if port_in_use(host, port)]
+    if busy:
+        raise StackError(
+            f"{', '.join(busy)} on {host} already in use by another process; stop it or choose "
+            "other ports (see `anchorwatch stack up --help`)"
+        )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free now (for tests that need a private stack)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def is_alive(pid: int, marker: str) -> bool:
+    """True if ``pid`` runs and is still the process we started (``marker`` in its cmdline),
+    so a recycled pid is never mistaken for ours."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    state = _proc_state(pid)
+    return state not in ("Z", "X") and marker in cmdline(pid)
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "X"
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def start_daemon(
+    argv: Sequence[str], *, log_file: Path, pid_file: Path, env: Mapping[str, str] | None = None
+) -> int:
+    """Start ``argv`` in its own session (so it outlives the CLI and a terminal's ^C), with
+    stdout and stderr appended to ``log_file``; returns the pid after writing ``pid_file``."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as out:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+        )
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def stop_pid(pid: int, marker: str, *, grace_s: float = 30.0) -> bool:
+    """SIGTERM, then SIGKILL after ``grace_s``. Returns True if it had to kill."""
+    if not is_alive(pid, marker):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    if wait_until(lambda: not is_alive(pid, marker), timeout_s=grace_s):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not is_alive(pid, marker), timeout_s=10)
+    return True
+
+
+def wait_until(check: Callable[[], bool], *, timeout_s: float, interval_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if check():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval_s)
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"

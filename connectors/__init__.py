@@ -1,0 +1,1 @@
+"""Connectors: gateway logs into the snapshots topic, validated, rejects dead-lettered."""

@@ -1,0 +1,1 @@
+"""Flink jobs: the per-doc-type drift windows and the baseline fitting."""

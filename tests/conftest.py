@@ -1,0 +1,58 @@
+"""Shared fixtures. Integration tests run against a real Kafka broker (and, where marked,
+a real Flink session cluster) started once per session by the project's own stack code, on
+free ports in a private state directory, and stopped at the end."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from anchorwatch.jobs.settings import JobSettings
+from anchorwatch.settings import KafkaSettings
+from anchorwatch.slice import create_topics, delete_topics, new_run_id, run_scoped_topics
+from anchorwatch.stack.processes import free_port
+from anchorwatch.stack.stack import Stack, StackSettings
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A running Kafka + Flink session cluster for the whole test session.
+
+    ANCHORWATCH_TEST_STATE_DIR pins the state directory so CI can always stop it."""
+    state = os.environ.get("ANCHORWATCH_TEST_STATE_DIR")
+    state_dir = Path(state) if state else tmp_path_factory.mktemp("stack")
+    settings = StackSettings.load(
+        stack={
+            "state_dir": state_dir,
+            "kafka_port": free_port(),
+            "controller_port": free_port(),
+            "flink_rest_port": free_port(),
+            "flink_rpc_port": free_port(),
+        },
+    )
+    s = Stack(settings)
+    try:
+        s.up(with_flink=True)
+        yield s
+    finally:
+        s.down()
+
+
+@pytest.fixture(scope="session")
+def kafka(stack: Stack) -> KafkaSettings:
+    return KafkaSettings(bootstrap_servers=stack.kafka.bootstrap)
+
+
+@pytest.fixture
+def job_settings(kafka: KafkaSettings) -> Iterator[JobSettings]:
+    """Job settings on topics private to this test (created now, deleted after)."""
+    base = JobSettings.load(kafka={"bootstrap_servers": kafka.bootstrap_servers})
+    settings = base.model_copy(
+        update={"topics": run_scoped_topics(base.topics, new_run_id())}
+    )
+    create_topics(settings)
+    yield settings
+    delete_topics(settings)

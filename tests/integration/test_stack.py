@@ -1,0 +1,89 @@
+"""The local stack against real processes: Kafka, topics, Flink, stopping without orphans."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from anchorwatch.stack.flink import JOBMANAGER_CLASS, TASKMANAGER_CLASS
+from anchorwatch.stack.jvm import fetch
+from anchorwatch.stack.processes import StackError, free_port, is_alive
+from anchorwatch.stack.stack import Stack, StackSettings
+
+pytestmark = pytest.mark.integration
+
+
+def test_topics_exist_with_their_settings(stack: Stack) -> None:
+    admin = AdminClient({"bootstrap.servers": stack.kafka.bootstrap})
+    topics = stack.settings.topics
+    metadata = admin.list_topics(timeout=10).topics
+    assert len(metadata[topics.snapshots].partitions) == topics.partitions
+    assert len(metadata[topics.baselines].partitions) == 1
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topics.baselines)
+    config = admin.describe_configs([resource])[resource].result(timeout=10)
+    assert config["cleanup.policy"].value == "compact"
+
+
+def test_status_reports_what_runs(stack: Stack) -> None:
+    status = {c.name: c for c in stack.status()}
+    assert status["kafka"].running and status["kafka"].address == stack.kafka.bootstrap
+    assert status["flink-jobmanager"].running and status["flink-taskmanager"].running
+    overview = stack.flink.overview()
+    assert overview is not None and overview["slots-total"] == stack.settings.stack.flink_slots
+
+
+def test_up_again_is_idempotent(stack: Stack) -> None:
+    report = stack.up(with_flink=True)
+    assert report["kafka"] == "already running"
+    assert report["flink"] == "already running"
+    assert set(report["topics"].values()) == {"exists"}  # type: ignore[union-attr]
+
+
+def test_a_second_stack_on_a_busy_port_gets_a_clear_error(stack: Stack, tmp_path: Path) -> None:
+    other = Stack(StackSettings.load(stack={
+        "state_dir": tmp_path, "kafka_port": stack.settings.stack.kafka_port,
+        "controller_port": free_port()}))
+    with pytest.raises(StackError, match=f"Kafka port {stack.settings.stack.kafka_port}"):
+        other.up(with_flink=False)
+    assert other.kafka.pid() is None
+
+
+@pytest.mark.slow
+def test_down_stops_exactly_what_up_started(tmp_path: Path) -> None:
+    settings = StackSettings.load(stack={
+        "state_dir": tmp_path, "kafka_port": free_port(), "controller_port": free_port(),
+        "flink_rest_port": free_port(), "flink_rpc_port": free_port(), "flink_slots": 1,
+        "flink_taskmanager_memory": "1024m"})
+    s = Stack(settings)
+    try:
+        s.up(with_flink=True)
+        pids = {c.name: c.pids for c in s.status()}
+        assert all(pids.values()), pids
+        # A restart of Kafka reuses the formatted storage (no second format).
+        meta = (tmp_path / "kafka" / "data" / "meta.properties").read_text()
+    finally:
+        assert s.down() == {"flink": "stopped", "kafka": "stopped"}
+    for name, marker in (("kafka", "kafka.Kafka"), ("flink-jobmanager", JOBMANAGER_CLASS),
+                         ("flink-taskmanager", TASKMANAGER_CLASS)):
+        for pid in pids[name]:
+            assert not is_alive(pid, marker), f"{name} pid {pid} survived down"
+    assert not any(c.running for c in s.status())
+    assert s.down() == {"flink": "not running", "kafka": "not running"}
+    try:
+        s.up(with_flink=False)
+        assert (tmp_path / "kafka" / "data" / "meta.properties").read_text() == meta
+    finally:
+        s.down()
+
+
+def test_warm_jvm_cache_needs_no_maven(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The session stack already filled the cache; without mvn on PATH (so no network
+    # fetch is even possible) a second fetch must still succeed from the cache.
+    monkeypatch.setenv("PATH", os.path.dirname(os.__file__))
+    artifacts, fetched = fetch(stack.settings.jvm.cache_dir)
+    assert not fetched
+    assert artifacts.kafka_connector_jar().name == "flink-sql-connector-kafka-5.0.0-2.2.jar"
+    assert "kafka_2.13-4.2.0.jar" in artifacts.kafka_classpath()

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from anchorwatch.settings import TopicSettings
+from anchorwatch.stack.flink import FlinkCluster
+from anchorwatch.stack.kafka import KafkaBroker
+from anchorwatch.stack.processes import StackError, free_port, is_alive, require_free_ports
+from anchorwatch.stack.topics import topic_specs
+
+
+def test_busy_port_is_a_clear_error() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(StackError, match=f"Kafka port {port} on 127.0.0.1 already in use"):
+            require_free_ports("127.0.0.1", {"Kafka": port, "other": free_port()})
+
+
+def test_broker_config_is_single_node_kraft_on_loopback(tmp_path: Path) -> None:
+    broker = KafkaBroker(tmp_path, "127.0.0.1", 19092, 19093, "512m", 3)
+    props = dict(
+        line.split("=", 1) for line in broker.server_properties().splitlines() if line
+    )
+    assert props["process.roles"] == "broker,controller"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093"
+    assert props["auto.create.topics.enable"] == "false"
+    assert props["log.dirs"] == str(tmp_path / "data")
+    assert int(props["transaction.max.timeout.ms"]) >= 3_600_000
+
+
+def test_flink_config_binds_loopback_and_keeps_the_package_jvm_options(tmp_path: Path) -> None:
+    cluster = FlinkCluster(tmp_path, "127.0.0.1", 18081, 16123, 2, "1024m", "1536m")
+    conf = cluster.config()
+    assert conf["rest.port"] == 18081
+    assert conf["jobmanager.rpc.port"] == 16123
+    assert conf["taskmanager.memory.process.size"] == "1536m"
+    assert conf["env.pid.dir"] == str(tmp_path / "pids")
+    # The package's file nests these sections; leaving them would set keys twice.
+    assert "jobmanager" not in conf and "taskmanager" not in conf
+    assert "add-opens" in str(conf["env"])
+
+
+def test_topic_settings() -> None:
+    specs = {s.name: s for s in topic_specs(TopicSettings(partitions=6))}
+    baselines = specs["anchorwatch.baselines"]
+    assert baselines.config["cleanup.policy"] == "compact"
+    assert baselines.partitions == 1
+    assert specs["anchorwatch.snapshots"].partitions == 6
+    assert len(specs) == 6
+
+
+def test_pid_liveness_checks_the_command_line() -> None:
+    import os
+
+    assert is_alive(os.getpid(), "python")
+    assert not is_alive(os.getpid(), "kafka.Kafka")  # a recycled pid is not ours
