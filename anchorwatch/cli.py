@@ -103,12 +103,17 @@ def jvm_fetch(ctx: click.Context, force: bool) -> None:
 
 def _stack_options(f: F) -> F:
     options = [
-        click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
-                     help="Pids, logs and data. [default: .anchorwatch/stack]"),
+        click.option(
+            "--state-dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            help="Pids, logs and data. [default: .anchorwatch/stack]",
+        ),
         click.option("--kafka-port", type=int, help="Kafka client port. [default: 9092]"),
         click.option("--controller-port", type=int, help="KRaft controller port. [default: 9093]"),
         click.option("--flink-rest-port", type=int, help="Flink REST/web port. [default: 8081]"),
-        click.option("--flink-rpc-port", type=int, help="Flink JobManager RPC port. [default: 6123]"),
+        click.option(
+            "--flink-rpc-port", type=int, help="Flink JobManager RPC port. [default: 6123]"
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -130,11 +135,14 @@ def stack() -> None:
 
 @stack.command("up")
 @_stack_options
-@click.option("--flink/--no-flink", default=None,
-              help="Also start a Flink standalone session cluster. [default: no]")
+@click.option(
+    "--flink/--no-flink",
+    default=None,
+    help="Also start a Flink standalone session cluster. [default: no]",
+)
 @click.option("--partitions", type=int, help="Partitions of new data topics. [default: 4]")
 @click.pass_context
-def stack_up(ctx: click.Context, flink: bool | None, **opts: Any) -> None:
+def stack_up(ctx: click.Context, /, flink: bool | None, **opts: Any) -> None:
     """Start Kafka (formatting its storage on first start), create the project's topics,
     and optionally start Flink. Waits until each answers. Idempotent."""
     s = _stack(ctx, **opts)
@@ -151,7 +159,7 @@ def stack_up(ctx: click.Context, flink: bool | None, **opts: Any) -> None:
 @stack.command("down")
 @_stack_options
 @click.pass_context
-def stack_down(ctx: click.Context, **opts: Any) -> None:
+def stack_down(ctx: click.Context, /, **opts: Any) -> None:
     """Stop exactly what `stack up` started (graceful first, then forced)."""
     for name, state in _stack(ctx, **opts).down().items():
         click.echo(f"{name}: {state}")
@@ -161,7 +169,7 @@ def stack_down(ctx: click.Context, **opts: Any) -> None:
 @_stack_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.pass_context
-def stack_status(ctx: click.Context, as_json: bool, **opts: Any) -> None:
+def stack_status(ctx: click.Context, /, as_json: bool, **opts: Any) -> None:
     """Say what is running, with pids, addresses and log locations. Exit 1 if nothing is."""
     rows = _stack(ctx, **opts).status()
     if as_json:
@@ -179,29 +187,83 @@ def stack_status(ctx: click.Context, as_json: bool, **opts: Any) -> None:
 
 def _traffic_options(f: F) -> F:
     options = [
-        click.option("--seed", type=int, default=7, show_default=True,
-                     help="Same seed, same traffic, byte for byte."),
-        click.option("--minutes", type=int, default=30, show_default=True,
-                     help="Event-time span to generate."),
-        click.option("--doc-types", type=int, default=8, show_default=True,
-                     help="Number of document types (each with its own level, spread, rate)."),
-        click.option("--rate-scale", type=float, default=1.0, show_default=True,
-                     help="Multiplies every type's request rate."),
-        click.option("--malformed-rate", type=float, default=0.0, show_default=True,
-                     help="Share of records that are malformed."),
-        click.option("--late-rate", type=float, default=0.0, show_default=True,
-                     help="Share of events delivered minutes late."),
-        click.option("--disorder-ms", type=int, default=5000, show_default=True,
-                     help="Max delivery delay of ordinary (out-of-order, not late) events."),
-        click.option("--incidents", type=int, default=0, show_default=True,
-                     help="Drift incidents to inject (jumps and ramps)."),
-        click.option("--fault-incidents", type=int, default=0, show_default=True,
-                     help="Data-quality incidents (zero anchors, disabled, KL spikes, re-sample bursts)."),
-        click.option("--fault-rate", type=float, default=0.0, show_default=True,
-                     help="Sporadic per-request data-quality faults outside incidents."),
-        click.option("--start-ms", type=int, default=None,
-                     help="Event time of the first minute, epoch ms (minute aligned). "
-                          "[default: 2025-11-29T08:00Z]"),
+        click.option(
+            "--seed",
+            type=int,
+            default=7,
+            show_default=True,
+            help="Same seed, same traffic, byte for byte.",
+        ),
+        click.option(
+            "--minutes",
+            type=int,
+            default=30,
+            show_default=True,
+            help="Event-time span to generate.",
+        ),
+        click.option(
+            "--doc-types",
+            type=int,
+            default=8,
+            show_default=True,
+            help="Number of document types (each with its own level, spread, rate).",
+        ),
+        click.option(
+            "--rate-scale",
+            type=float,
+            default=1.0,
+            show_default=True,
+            help="Multiplies every type's request rate.",
+        ),
+        click.option(
+            "--malformed-rate",
+            type=float,
+            default=0.0,
+            show_default=True,
+            help="Share of records that are malformed.",
+        ),
+        click.option(
+            "--late-rate",
+            type=float,
+            default=0.0,
+            show_default=True,
+            help="Share of events delivered minutes late.",
+        ),
+        click.option(
+            "--disorder-ms",
+            type=int,
+            default=5000,
+            show_default=True,
+            help="Max delivery delay of ordinary (out-of-order, not late) events.",
+        ),
+        click.option(
+            "--incidents",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Drift incidents to inject (jumps and ramps).",
+        ),
+        click.option(
+            "--fault-incidents",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Data-quality incidents (zero anchors, disabled, KL spikes, re-sample bursts).",
+        ),
+        click.option(
+            "--fault-rate",
+            type=float,
+            default=0.0,
+            show_default=True,
+            help="Sporadic per-request data-quality faults outside incidents.",
+        ),
+        click.option(
+            "--start-ms",
+            type=int,
+            default=None,
+            help="Event time of the first minute, epoch ms (minute aligned). "
+            "[default: 2025-11-29T08:00Z]",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -240,19 +302,36 @@ def _progress(total: int | None, label: str) -> Any:
 
 @cli.command("generate")
 @_traffic_options
-@click.option("--format", "fmt", type=click.Choice(["ndjson", "kong"]), default="ndjson",
-              show_default=True,
-              help="ndjson: snapshot events in the project schema; kong: Kong http-log entries.")
-@click.option("--out", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
-              default=Path("-"), show_default=True, help="File to write, or - for stdout.")
-@click.option("--labels", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the injected incidents here as NDJSON. [default: OUT.labels.ndjson]")
-@click.option("--produce", is_flag=True,
-              help="Validate and produce to the snapshots topic (rejects to the dead-letter "
-                   "topic) instead of writing a file.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["ndjson", "kong"]),
+    default="ndjson",
+    show_default=True,
+    help="ndjson: snapshot events in the project schema; kong: Kong http-log entries.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    default=Path("-"),
+    show_default=True,
+    help="File to write, or - for stdout.",
+)
+@click.option(
+    "--labels",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the injected incidents here as NDJSON. [default: OUT.labels.ndjson]",
+)
+@click.option(
+    "--produce",
+    is_flag=True,
+    help="Validate and produce to the snapshots topic (rejects to the dead-letter "
+    "topic) instead of writing a file.",
+)
 @click.pass_context
-def generate_cmd(ctx: click.Context, fmt: str, out: Path, labels: Path | None, produce: bool,
-                 **opts: Any) -> None:
+def generate_cmd(
+    ctx: click.Context, /, fmt: str, out: Path, labels: Path | None, produce: bool, **opts: Any
+) -> None:
     """Write or produce realistic gateway traffic, deterministic by seed: many doc types,
     out-of-order and late events, malformed records, data-quality faults and labelled
     drift incidents."""
@@ -298,8 +377,11 @@ def generate_cmd(ctx: click.Context, fmt: str, out: Path, labels: Path | None, p
         if sink is not sys.stdout.buffer:
             sink.close()
     where = "stdout" if str(out) == "-" else str(out)
-    click.echo(f"wrote {n} records to {where}; {len(traffic.incidents)} incidents"
-               + (f" labelled in {labels}" if labels else ""), err=True)
+    click.echo(
+        f"wrote {n} records to {where}; {len(traffic.incidents)} incidents"
+        + (f" labelled in {labels}" if labels else ""),
+        err=True,
+    )
 
 
 # --------------------------------------------------------------------------- job
@@ -311,14 +393,16 @@ def job() -> None:
 
 
 @job.command("run")
-@click.option("--bounded", is_flag=True,
-              help="Stop at the current end of the snapshots topic instead of running on.")
+@click.option(
+    "--bounded",
+    is_flag=True,
+    help="Stop at the current end of the snapshots topic instead of running on.",
+)
 @click.option("--window-size-s", type=int, help="Tumbling window size. [default: 60]")
-@click.option("--watermark-delay-ms", type=int,
-              help="Allowed out-of-orderness. [default: 10000]")
+@click.option("--watermark-delay-ms", type=int, help="Allowed out-of-orderness. [default: 10000]")
 @click.option("--parallelism", type=int, help="Operator parallelism. [default: 1]")
 @click.pass_context
-def job_run(ctx: click.Context, bounded: bool, **opts: Any) -> None:
+def job_run(ctx: click.Context, /, bounded: bool, **opts: Any) -> None:
     """Run the window job on the local embedded Flink mini-cluster (current slice: count and
     mean drift per doc type per window, written to the windows topic)."""
     from anchorwatch.jobs import window_counts
@@ -327,8 +411,11 @@ def job_run(ctx: click.Context, bounded: bool, **opts: Any) -> None:
 
     settings = _load(ctx, JobSettings, job=opts)
     artifacts, _ = fetch(settings.jvm.cache_dir)
-    click.echo(f"running on the local mini-cluster: {settings.topics.snapshots} -> "
-               f"{settings.topics.windows}" + (" (bounded)" if bounded else ""), err=True)
+    click.echo(
+        f"running on the local mini-cluster: {settings.topics.snapshots} -> "
+        f"{settings.topics.windows}" + (" (bounded)" if bounded else ""),
+        err=True,
+    )
     window_counts.run(settings, artifacts.kafka_connector_jar(), bounded=bounded).wait()
 
 
@@ -337,10 +424,11 @@ def job_run(ctx: click.Context, bounded: bool, **opts: Any) -> None:
 
 @cli.command("demo")
 @_traffic_options
-@click.option("--keep", is_flag=True,
-              help="Leave the stack running and the run's topics in place afterwards.")
+@click.option(
+    "--keep", is_flag=True, help="Leave the stack running and the run's topics in place afterwards."
+)
 @click.pass_context
-def demo(ctx: click.Context, keep: bool, **opts: Any) -> None:
+def demo(ctx: click.Context, /, keep: bool, **opts: Any) -> None:
     """End to end on this machine: start Kafka, produce generated traffic, run the window
     job on the embedded Flink mini-cluster, read the windows back and check them against
     an independent computation. Exit 1 on any mismatch."""
@@ -364,8 +452,10 @@ def demo(ctx: click.Context, keep: bool, **opts: Any) -> None:
         traffic = generate(config)
         t = time.monotonic()
         stats, accepted = flow.publish_traffic(settings, traffic)
-        click.echo(f"[2/4] produced {stats.accepted} events + {stats.rejected} rejects "
-                   f"(dead-letter) in {time.monotonic() - t:.1f}s, all acknowledged")
+        click.echo(
+            f"[2/4] produced {stats.accepted} events + {stats.rejected} rejects "
+            f"(dead-letter) in {time.monotonic() - t:.1f}s, all acknowledged"
+        )
         t = time.monotonic()
         artifacts = flow.fetch_artifacts(settings)
         flow.run_window_job(settings, artifacts.kafka_connector_jar())
@@ -374,10 +464,12 @@ def demo(ctx: click.Context, keep: bool, **opts: Any) -> None:
         expected = flow.expected_windows(accepted, settings.job.window_size_s * 1000)
         result = flow.compare(expected, windows)
         _print_windows(windows)
-        click.echo(f"[4/4] {len(windows)} windows from Flink, {len(expected)} expected: "
-                   f"{result.matched} exact, {len(result.missing)} missing, "
-                   f"{len(result.unexpected)} unexpected, {len(result.wrong)} wrong "
-                   f"(total {time.monotonic() - t0:.1f}s)")
+        click.echo(
+            f"[4/4] {len(windows)} windows from Flink, {len(expected)} expected: "
+            f"{result.matched} exact, {len(result.missing)} missing, "
+            f"{len(result.unexpected)} unexpected, {len(result.wrong)} wrong "
+            f"(total {time.monotonic() - t0:.1f}s)"
+        )
         if not result.ok:
             raise AnchorwatchError(f"the windows do not match the reference: {result}")
     finally:
@@ -392,7 +484,9 @@ def _print_windows(windows: list[Any]) -> None:
     per_type: dict[str, list[Any]] = defaultdict(list)
     for w in windows:
         per_type[w.doc_type].append(w)
-    click.echo(f"{'doc type':<28}{'windows':>8}{'requests':>10}{'mean drift':>12}{'max window':>12}")
+    click.echo(
+        f"{'doc type':<28}{'windows':>8}{'requests':>10}{'mean drift':>12}{'max window':>12}"
+    )
     for doc_type in sorted(per_type):
         ws = per_type[doc_type]
         n = sum(w.request_count for w in ws)

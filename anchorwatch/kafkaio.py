@@ -74,10 +74,15 @@ def read_topic(kafka: KafkaSettings, topic: str, *, timeout_s: float = 30) -> It
         while remaining:
             msg = consumer.poll(timeout_s)
             if msg is None:
-                raise KafkaIOError(f"topic {topic}: no record within {timeout_s}s, {remaining} left")
+                raise KafkaIOError(
+                    f"topic {topic}: no record within {timeout_s}s, {remaining} left"
+                )
             if msg.error():
                 raise KafkaIOError(f"topic {topic}: {msg.error()}")
             part, offset = msg.partition(), msg.offset()
+            # Both are set on every fetched record; the client's types allow None.
+            assert part is not None
+            assert offset is not None
             yield Message(part, offset, msg.key(), msg.value(), msg.timestamp()[1])
             # Transaction markers take offsets too: done once the next offset reaches the end.
             if part in remaining and offset + 1 >= remaining[part]:

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from anchorwatch.errors import AnchorwatchError
 from pydantic_settings import (
     BaseSettings,
-    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
+
+from anchorwatch.errors import AnchorwatchError
 
 ENV_PREFIX = "ANCHORWATCH_"
 CONFIG_ENV = "ANCHORWATCH_CONFIG"
@@ -53,9 +53,7 @@ class TopicSettings(Section):
     dead_letter: str = Field(
         "anchorwatch.dead-letter", description="Rejected input, with the raw record and reason."
     )
-    windows: str = Field(
-        "anchorwatch.windows", description="Per doc type, per window aggregates."
-    )
+    windows: str = Field("anchorwatch.windows", description="Per doc type, per window aggregates.")
     verdicts: str = Field("anchorwatch.verdicts", description="Window verdicts.")
     baselines: str = Field(
         "anchorwatch.baselines", description="Per doc type baselines (compacted)."
@@ -83,7 +81,7 @@ def _default_cache_dir() -> Path:
 class JvmSettings(Section):
     cache_dir: Path = Field(
         default_factory=_default_cache_dir,
-        description="Where `anchorwatch jvm fetch` keeps the pinned jars ($XDG_CACHE_HOME/anchorwatch).",
+        description="Where `anchorwatch jvm fetch` keeps the pinned jars.",
     )
 
 
@@ -179,5 +177,6 @@ def describe_fields(model: type[BaseModel], section: str | None = None) -> list[
             continue
         env = f"{ENV_PREFIX}{section.upper()}__{name.upper()}"
         default = field.get_default(call_default_factory=True)
-        rows.append((env, f"{field.description or ''} [default: {default!r}]"))
+        shown = str(default) if isinstance(default, Path) else repr(default)
+        rows.append((env, f"{field.description or ''} [default: {shown}]"))
     return rows

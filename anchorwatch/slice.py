@@ -94,9 +94,7 @@ class Comparison:
         return not (self.missing or self.unexpected or self.wrong)
 
 
-def compare(
-    expected: dict[WindowKey, ExpectedWindow], actual: list[WindowAggregate]
-) -> Comparison:
+def compare(expected: dict[WindowKey, ExpectedWindow], actual: list[WindowAggregate]) -> Comparison:
     seen: dict[WindowKey, WindowAggregate] = {}
     duplicates = []
     for w in actual:
@@ -108,8 +106,10 @@ def compare(
         (k, expected[k], w)
         for k, w in seen.items()
         if k in expected
-        and (w.request_count != expected[k].request_count
-             or abs(w.mean_drift - expected[k].mean_drift) > 1e-9)
+        and (
+            w.request_count != expected[k].request_count
+            or abs(w.mean_drift - expected[k].mean_drift) > 1e-9
+        )
     ]
     return Comparison(
         matched=sum(1 for k in seen if k in expected) - len(wrong),

@@ -50,9 +50,7 @@ def kafka(stack: Stack) -> KafkaSettings:
 def job_settings(kafka: KafkaSettings) -> Iterator[JobSettings]:
     """Job settings on topics private to this test (created now, deleted after)."""
     base = JobSettings.load(kafka={"bootstrap_servers": kafka.bootstrap_servers})
-    settings = base.model_copy(
-        update={"topics": run_scoped_topics(base.topics, new_run_id())}
-    )
+    settings = base.model_copy(update={"topics": run_scoped_topics(base.topics, new_run_id())})
     create_topics(settings)
     yield settings
     delete_topics(settings)

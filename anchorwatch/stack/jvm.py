@@ -82,8 +82,15 @@ def fetch(cache_dir: Path, *, force: bool = False) -> tuple[JvmArtifacts, bool]:
     staging = Path(tempfile.mkdtemp(prefix="jvm.", dir=cache_dir))
     try:
         shutil.copy(POM, staging / "pom.xml")
-        cmd = [mvn, "-B", "-q", "-f", str(staging / "pom.xml"), "package",
-               f"-Danchorwatch.cache={staging / 'out'}"]
+        cmd = [
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(staging / "pom.xml"),
+            "package",
+            f"-Danchorwatch.cache={staging / 'out'}",
+        ]
         log.info("fetching pinned JVM artifacts", extra={"cache": str(artifacts.root)})
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:

@@ -144,8 +144,16 @@ class KafkaBroker:
 
     def _format(self, artifacts: JvmArtifacts, config: Path) -> None:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        cmd = [*self._jvm_args(artifacts, "256m"), "kafka.tools.StorageTool", "format",
-               "-t", cluster_id, "-c", str(config), "--standalone"]
+        cmd = [
+            *self._jvm_args(artifacts, "256m"),
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(config),
+            "--standalone",
+        ]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise StackError(f"formatting Kafka storage failed:\n{result.stdout}{result.stderr}")

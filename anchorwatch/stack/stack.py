@@ -10,7 +10,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 from pydantic import Field
 
-from anchorwatch.settings import ServiceSettings, Section
+from anchorwatch.settings import Section, ServiceSettings
 from anchorwatch.stack.flink import JOBMANAGER_CLASS, TASKMANAGER_CLASS, FlinkCluster
 from anchorwatch.stack.jvm import fetch
 from anchorwatch.stack.kafka import KafkaBroker
@@ -86,7 +86,9 @@ class Stack:
         report["jvm_artifacts"] = "fetched" if fetched else "cached"
         started = time.monotonic()
         if self.kafka.pid() is None:
-            require_free_ports(o.host, {"Kafka": o.kafka_port, "KRaft controller": o.controller_port})
+            require_free_ports(
+                o.host, {"Kafka": o.kafka_port, "KRaft controller": o.controller_port}
+            )
             self.kafka.start(artifacts, timeout_s=o.startup_timeout_s)
             report["kafka"] = f"started in {time.monotonic() - started:.1f}s"
         else:
@@ -117,10 +119,25 @@ class Stack:
         kafka_pid = self.kafka.pid()
         flink = self.flink.pids()
         return [
-            ComponentStatus("kafka", kafka_pid is not None, [kafka_pid] if kafka_pid else [],
-                            self.kafka.bootstrap, self.kafka.log_file),
-            ComponentStatus("flink-jobmanager", bool(flink[JOBMANAGER_CLASS]),
-                            flink[JOBMANAGER_CLASS], self.flink.rest_url, self.flink.log_dir),
-            ComponentStatus("flink-taskmanager", bool(flink[TASKMANAGER_CLASS]),
-                            flink[TASKMANAGER_CLASS], self.flink.host, self.flink.log_dir),
+            ComponentStatus(
+                "kafka",
+                kafka_pid is not None,
+                [kafka_pid] if kafka_pid else [],
+                self.kafka.bootstrap,
+                self.kafka.log_file,
+            ),
+            ComponentStatus(
+                "flink-jobmanager",
+                bool(flink[JOBMANAGER_CLASS]),
+                flink[JOBMANAGER_CLASS],
+                self.flink.rest_url,
+                self.flink.log_dir,
+            ),
+            ComponentStatus(
+                "flink-taskmanager",
+                bool(flink[TASKMANAGER_CLASS]),
+                flink[TASKMANAGER_CLASS],
+                self.flink.host,
+                self.flink.log_dir,
+            ),
         ]

@@ -32,8 +32,11 @@ def topic_specs(topics: TopicSettings) -> list[TopicSpec]:
         TopicSpec(
             topics.baselines,
             1,
-            {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1",
-             "segment.ms": str(3600 * 1000)},
+            {
+                "cleanup.policy": "compact",
+                "min.cleanable.dirty.ratio": "0.1",
+                "segment.ms": str(3600 * 1000),
+            },
         ),
         TopicSpec(topics.drift_events, n, {"retention.ms": str(4 * _WEEK_MS)}),
     ]
@@ -50,9 +53,15 @@ def ensure_topics(
     if not missing:
         return outcome
     futures = admin.create_topics(
-        [NewTopic(s.name, num_partitions=s.partitions,
-                  replication_factor=topics.replication_factor, config=s.config)
-         for s in missing],
+        [
+            NewTopic(
+                s.name,
+                num_partitions=s.partitions,
+                replication_factor=topics.replication_factor,
+                config=s.config,
+            )
+            for s in missing
+        ],
         operation_timeout=timeout_s,
     )
     for name, future in futures.items():

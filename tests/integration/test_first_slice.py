@@ -24,9 +24,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def test_windows_match_an_independent_computation_exactly(
     stack: Stack, job_settings: JobSettings
 ) -> None:
-    traffic = generate(TrafficConfig(seed=11, minutes=6, doc_types=5, malformed_rate=0.03,
-                                     disorder_ms=4_000, incidents=1, fault_incidents=1,
-                                     background_fault_rate=0.02))
+    traffic = generate(
+        TrafficConfig(
+            seed=11,
+            minutes=6,
+            doc_types=5,
+            malformed_rate=0.03,
+            disorder_ms=4_000,
+            incidents=1,
+            fault_incidents=1,
+            background_fault_rate=0.02,
+        )
+    )
     records = list(traffic.records())
     malformed = [r for r in records if r.event is None]
     assert malformed, "the stream should carry malformed records"
@@ -36,16 +45,20 @@ def test_windows_match_an_independent_computation_exactly(
     assert stats.rejected == len(malformed)
 
     # Every malformed record is in the dead-letter topic, with its raw bytes and a reason.
-    letters = [decode(DeadLetter, m.value or b"")
-               for m in read_topic(job_settings.kafka, job_settings.topics.dead_letter)]
+    letters = [
+        decode(DeadLetter, m.value or b"")
+        for m in read_topic(job_settings.kafka, job_settings.topics.dead_letter)
+    ]
     assert sorted(dl.raw for dl in letters) == sorted(
-        r.raw.decode("utf-8", errors="replace") for r in malformed)
+        r.raw.decode("utf-8", errors="replace") for r in malformed
+    )
     assert all(dl.reason and dl.field and dl.source == "generator" for dl in letters)
 
     # Accepted events are keyed by doc type, so one type stays on one partition.
     partitions: dict[bytes, set[int]] = {}
     for m in read_topic(job_settings.kafka, job_settings.topics.snapshots):
-        assert m.key is not None and orjson.loads(m.value or b"")["doc_type"] == m.key.decode()
+        assert m.key is not None
+        assert orjson.loads(m.value or b"")["doc_type"] == m.key.decode()
         partitions.setdefault(m.key, set()).add(m.partition)
     assert all(len(p) == 1 for p in partitions.values())
 
@@ -58,25 +71,44 @@ def test_windows_match_an_independent_computation_exactly(
     assert sum(w.request_count for w in windows) == len(accepted)
     # Exact figures for one known window, recomputed by hand from the accepted events.
     doc_type, start = min(expected)
-    in_window = [e for e in accepted
-                 if e.doc_type == doc_type and start <= e.event_time_ms < start + 60_000]
+    in_window = [
+        e for e in accepted if e.doc_type == doc_type and start <= e.event_time_ms < start + 60_000
+    ]
     got = next(w for w in windows if (w.doc_type, w.window_start_ms) == (doc_type, start))
     assert got.request_count == len(in_window)
-    assert got.mean_drift == pytest.approx(sum(e.mean_drift for e in in_window) / len(in_window),
-                                           abs=1e-12)
+    assert got.mean_drift == pytest.approx(
+        sum(e.mean_drift for e in in_window) / len(in_window), abs=1e-12
+    )
     assert Counter(w.doc_type for w in windows).keys() == {p.name for p in traffic.profiles}
 
 
 def test_readme_demo_command_end_to_end(stack: Stack) -> None:
-    env = {**os.environ,
-           "ANCHORWATCH_KAFKA__BOOTSTRAP_SERVERS": stack.kafka.bootstrap,
-           "ANCHORWATCH_STACK__KAFKA_PORT": str(stack.settings.stack.kafka_port),
-           "ANCHORWATCH_STACK__CONTROLLER_PORT": str(stack.settings.stack.controller_port),
-           "ANCHORWATCH_STACK__STATE_DIR": str(stack.settings.stack.state_dir)}
+    env = {
+        **os.environ,
+        "ANCHORWATCH_KAFKA__BOOTSTRAP_SERVERS": stack.kafka.bootstrap,
+        "ANCHORWATCH_STACK__KAFKA_PORT": str(stack.settings.stack.kafka_port),
+        "ANCHORWATCH_STACK__CONTROLLER_PORT": str(stack.settings.stack.controller_port),
+        "ANCHORWATCH_STACK__STATE_DIR": str(stack.settings.stack.state_dir),
+    }
     result = subprocess.run(
-        [sys.executable, "-m", "anchorwatch", "demo", "--minutes", "4", "--doc-types", "4",
-         "--malformed-rate", "0.01"],
-        env=env, capture_output=True, text=True, timeout=600, check=False)
+        [
+            sys.executable,
+            "-m",
+            "anchorwatch",
+            "demo",
+            "--minutes",
+            "4",
+            "--doc-types",
+            "4",
+            "--malformed-rate",
+            "0.01",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 missing, 0 unexpected, 0 wrong" in result.stdout
     assert stack.kafka.pid() is not None  # it did not stop a stack it did not start

@@ -29,23 +29,34 @@ def test_topics_exist_with_their_settings(stack: Stack) -> None:
 
 def test_status_reports_what_runs(stack: Stack) -> None:
     status = {c.name: c for c in stack.status()}
-    assert status["kafka"].running and status["kafka"].address == stack.kafka.bootstrap
-    assert status["flink-jobmanager"].running and status["flink-taskmanager"].running
+    assert status["kafka"].running
+    assert status["kafka"].address == stack.kafka.bootstrap
+    assert status["flink-jobmanager"].running
+    assert status["flink-taskmanager"].running
     overview = stack.flink.overview()
-    assert overview is not None and overview["slots-total"] == stack.settings.stack.flink_slots
+    assert overview is not None
+    assert overview["slots-total"] == stack.settings.stack.flink_slots
 
 
 def test_up_again_is_idempotent(stack: Stack) -> None:
     report = stack.up(with_flink=True)
     assert report["kafka"] == "already running"
     assert report["flink"] == "already running"
-    assert set(report["topics"].values()) == {"exists"}  # type: ignore[union-attr]
+    topics = report["topics"]
+    assert isinstance(topics, dict)
+    assert set(topics.values()) == {"exists"}
 
 
 def test_a_second_stack_on_a_busy_port_gets_a_clear_error(stack: Stack, tmp_path: Path) -> None:
-    other = Stack(StackSettings.load(stack={
-        "state_dir": tmp_path, "kafka_port": stack.settings.stack.kafka_port,
-        "controller_port": free_port()}))
+    other = Stack(
+        StackSettings.load(
+            stack={
+                "state_dir": tmp_path,
+                "kafka_port": stack.settings.stack.kafka_port,
+                "controller_port": free_port(),
+            }
+        )
+    )
     with pytest.raises(StackError, match=f"Kafka port {stack.settings.stack.kafka_port}"):
         other.up(with_flink=False)
     assert other.kafka.pid() is None
@@ -53,10 +64,17 @@ def test_a_second_stack_on_a_busy_port_gets_a_clear_error(stack: Stack, tmp_path
 
 @pytest.mark.slow
 def test_down_stops_exactly_what_up_started(tmp_path: Path) -> None:
-    settings = StackSettings.load(stack={
-        "state_dir": tmp_path, "kafka_port": free_port(), "controller_port": free_port(),
-        "flink_rest_port": free_port(), "flink_rpc_port": free_port(), "flink_slots": 1,
-        "flink_taskmanager_memory": "1024m"})
+    settings = StackSettings.load(
+        stack={
+            "state_dir": tmp_path,
+            "kafka_port": free_port(),
+            "controller_port": free_port(),
+            "flink_rest_port": free_port(),
+            "flink_rpc_port": free_port(),
+            "flink_slots": 1,
+            "flink_taskmanager_memory": "1024m",
+        }
+    )
     s = Stack(settings)
     try:
         s.up(with_flink=True)
@@ -66,8 +84,11 @@ def test_down_stops_exactly_what_up_started(tmp_path: Path) -> None:
         meta = (tmp_path / "kafka" / "data" / "meta.properties").read_text()
     finally:
         assert s.down() == {"flink": "stopped", "kafka": "stopped"}
-    for name, marker in (("kafka", "kafka.Kafka"), ("flink-jobmanager", JOBMANAGER_CLASS),
-                         ("flink-taskmanager", TASKMANAGER_CLASS)):
+    for name, marker in (
+        ("kafka", "kafka.Kafka"),
+        ("flink-jobmanager", JOBMANAGER_CLASS),
+        ("flink-taskmanager", TASKMANAGER_CLASS),
+    ):
         for pid in pids[name]:
             assert not is_alive(pid, marker), f"{name} pid {pid} survived down"
     assert not any(c.running for c in s.status())

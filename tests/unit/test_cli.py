@@ -37,8 +37,21 @@ def test_every_command_has_help_describing_every_option(path: tuple[str, ...]) -
 
 def test_generate_writes_deterministic_ndjson_with_labels(tmp_path: Path) -> None:
     out = tmp_path / "traffic.ndjson"
-    args = ["generate", "--seed", "3", "--minutes", "8", "--doc-types", "3",
-            "--malformed-rate", "0.05", "--incidents", "1", "--out", str(out)]
+    args = [
+        "generate",
+        "--seed",
+        "3",
+        "--minutes",
+        "8",
+        "--doc-types",
+        "3",
+        "--malformed-rate",
+        "0.05",
+        "--incidents",
+        "1",
+        "--out",
+        str(out),
+    ]
     first = CliRunner().invoke(cli, args)
     assert first.exit_code == 0, first.output
     data = out.read_bytes()
@@ -53,13 +66,16 @@ def test_generate_writes_deterministic_ndjson_with_labels(tmp_path: Path) -> Non
             bad += 1
     assert 0 < bad < len(lines) * 0.2
     labels = (tmp_path / "traffic.ndjson.labels.ndjson").read_bytes().splitlines()
-    assert len(labels) == 1 and orjson.loads(labels[0])["kind"] in ("jump", "ramp")
+    assert len(labels) == 1
+    assert orjson.loads(labels[0])["kind"] in ("jump", "ramp")
 
 
 def test_generate_kong_format(tmp_path: Path) -> None:
     out = tmp_path / "kong.ndjson"
-    result = CliRunner().invoke(cli, ["generate", "--minutes", "2", "--doc-types", "2",
-                                      "--format", "kong", "--out", str(out)])
+    result = CliRunner().invoke(
+        cli,
+        ["generate", "--minutes", "2", "--doc-types", "2", "--format", "kong", "--out", str(out)],
+    )
     assert result.exit_code == 0, result.output
     entry = orjson.loads(out.read_bytes().splitlines()[0])
     assert "x-anthropic-doc-type" in entry["request"]["headers"]

@@ -21,24 +21,40 @@ from anchorwatch.contracts import (
     decode,
     decode_snapshot,
     encode,
+    schemas,
     verdict_id,
 )
-from anchorwatch.contracts import schemas
 
 T0 = 1_764_403_200_000
 
 
 def anchor(**kw: Any) -> dict[str, Any]:
-    base = {"anchor_id": "SECTION_003", "position": 1527, "l2_norm": 4.28, "cosine_angle": 0.992,
-            "kl_divergence": 0.037, "drift_score": 0.87, "recommendation": "re-sample"}
+    base = {
+        "anchor_id": "SECTION_003",
+        "position": 1527,
+        "l2_norm": 4.28,
+        "cosine_angle": 0.992,
+        "kl_divergence": 0.037,
+        "drift_score": 0.87,
+        "recommendation": "re-sample",
+    }
     return base | kw
 
 
 def snapshot(**kw: Any) -> dict[str, Any]:
-    base = {"event_id": "req-1", "event_time_ms": T0 + 1234, "doc_type": "medical_report",
-            "snapshot_status": "active", "anchor_count": 2,
-            "anchors": [anchor(), anchor(anchor_id="TABLE_001", drift_score=0.41,
-                                         kl_divergence=0.2, recommendation="none")]}
+    base = {
+        "event_id": "req-1",
+        "event_time_ms": T0 + 1234,
+        "doc_type": "medical_report",
+        "snapshot_status": "active",
+        "anchor_count": 2,
+        "anchors": [
+            anchor(),
+            anchor(
+                anchor_id="TABLE_001", drift_score=0.41, kl_divergence=0.2, recommendation="none"
+            ),
+        ],
+    }
     return base | kw
 
 
@@ -69,23 +85,42 @@ def test_no_anchors_means_zero_drift() -> None:
     [
         (b"{not json", "$", "not valid JSON"),
         (b"[1, 2]", "$", "expected a JSON object, got an array"),
-        (orjson.dumps({k: v for k, v in snapshot().items() if k != "doc_type"}), "doc_type",
-         "required field is missing"),
+        (
+            orjson.dumps({k: v for k, v in snapshot().items() if k != "doc_type"}),
+            "doc_type",
+            "required field is missing",
+        ),
         (orjson.dumps(snapshot(doc_type="")), "doc_type", "at least 1 character"),
         (orjson.dumps(snapshot(doc_type="a\nb")), "doc_type", "pattern"),
         (orjson.dumps(snapshot(snapshot_status="paused")), "snapshot_status", "'active' or"),
         (orjson.dumps(snapshot(event_time_ms=1_764_403_200)), "event_time_ms", "greater than"),
         (orjson.dumps(snapshot(event_time_ms="1764403200000")), "event_time_ms", "integer"),
         (orjson.dumps(snapshot(anchor_count=-1)), "anchor_count", "greater than or equal"),
-        (orjson.dumps(snapshot(anchors=[anchor(drift_score=1.7)], anchor_count=1)),
-         "anchors[0].drift_score", "less than or equal to 1"),
-        (orjson.dumps(snapshot(anchors=[anchor(drift_score="0.5")], anchor_count=1)),
-         "anchors[0].drift_score", "valid number"),
-        (orjson.dumps(snapshot(anchors=[anchor(cosine_angle=1.5)], anchor_count=1)),
-         "anchors[0].cosine_angle", "less than or equal"),
-        (orjson.dumps(snapshot(anchor_count=1)), "anchors", "lists 2 anchors but anchor_count is 1"),
-        (orjson.dumps(snapshot(snapshot_status="disabled")), "anchors",
-         "must be empty when snapshot_status is 'disabled'"),
+        (
+            orjson.dumps(snapshot(anchors=[anchor(drift_score=1.7)], anchor_count=1)),
+            "anchors[0].drift_score",
+            "less than or equal to 1",
+        ),
+        (
+            orjson.dumps(snapshot(anchors=[anchor(drift_score="0.5")], anchor_count=1)),
+            "anchors[0].drift_score",
+            "valid number",
+        ),
+        (
+            orjson.dumps(snapshot(anchors=[anchor(cosine_angle=1.5)], anchor_count=1)),
+            "anchors[0].cosine_angle",
+            "less than or equal",
+        ),
+        (
+            orjson.dumps(snapshot(anchor_count=1)),
+            "anchors",
+            "lists 2 anchors but anchor_count is 1",
+        ),
+        (
+            orjson.dumps(snapshot(snapshot_status="disabled")),
+            "anchors",
+            "must be empty when snapshot_status is 'disabled'",
+        ),
     ],
 )
 def test_bad_records_name_the_field_and_reason(record: bytes, field: str, fragment: str) -> None:
@@ -121,22 +156,54 @@ def _validator(name: str) -> jsonschema.Draft202012Validator:
 
 
 def sample_records() -> dict[str, Any]:
-    window = WindowAggregate(doc_type="nda", window_start_ms=T0, window_end_ms=T0 + 60_000,
-                             request_count=12, mean_drift=0.42, p95_drift=0.7, late_count=1)
-    evidence = DriftEvidence(window_start_ms=T0, mean_drift=0.9, threshold=0.6,
-                             request_count=40)
+    window = WindowAggregate(
+        doc_type="nda",
+        window_start_ms=T0,
+        window_end_ms=T0 + 60_000,
+        request_count=12,
+        mean_drift=0.42,
+        p95_drift=0.7,
+        late_count=1,
+    )
+    evidence = DriftEvidence(window_start_ms=T0, mean_drift=0.9, threshold=0.6, request_count=40)
     return {
         "snapshot-event": decode_snapshot(orjson.dumps(snapshot())),
         "window-aggregate": window,
-        "verdict": Verdict(verdict_id=verdict_id("nda", T0, "1"), job_version="1", window=window,
-                           rule="static", threshold=0.85, min_requests=5, breach_level="none"),
-        "baseline": Baseline(doc_type="nda", version="b1", status="fitted", fitted_at_ms=T0,
-                             history_start_ms=T0 - 86_400_000, history_end_ms=T0,
-                             window_count=1440, center=0.4, spread=0.05, p95=0.5, p99=0.55,
-                             typical_request_count=30, threshold=0.6, min_requests=8),
-        "drift-event": DriftEvent(event_id="i1-alert", event_type="ANCHOR_DRIFT_ALERT",
-                                  incident_id="i1", doc_type="nda", severity="critical",
-                                  opened_at_ms=T0, emitted_at_ms=T0, evidence=evidence),
+        "verdict": Verdict(
+            verdict_id=verdict_id("nda", T0, "1"),
+            job_version="1",
+            window=window,
+            rule="static",
+            threshold=0.85,
+            min_requests=5,
+            breach_level="none",
+        ),
+        "baseline": Baseline(
+            doc_type="nda",
+            version="b1",
+            status="fitted",
+            fitted_at_ms=T0,
+            history_start_ms=T0 - 86_400_000,
+            history_end_ms=T0,
+            window_count=1440,
+            center=0.4,
+            spread=0.05,
+            p95=0.5,
+            p99=0.55,
+            typical_request_count=30,
+            threshold=0.6,
+            min_requests=8,
+        ),
+        "drift-event": DriftEvent(
+            event_id="i1-alert",
+            event_type="ANCHOR_DRIFT_ALERT",
+            incident_id="i1",
+            doc_type="nda",
+            severity="critical",
+            opened_at_ms=T0,
+            emitted_at_ms=T0,
+            evidence=evidence,
+        ),
     }
 
 
@@ -154,16 +221,29 @@ def test_schema_rejects_what_the_model_rejects() -> None:
 
 def test_verdict_id_is_deterministic_and_distinguishes_inputs() -> None:
     assert verdict_id("nda", T0, "1") == verdict_id("nda", T0, "1")
-    ids = {verdict_id("nda", T0, "1"), verdict_id("nda", T0 + 60_000, "1"),
-           verdict_id("nda", T0, "2"), verdict_id("nda ", T0, "1")}
+    ids = {
+        verdict_id("nda", T0, "1"),
+        verdict_id("nda", T0 + 60_000, "1"),
+        verdict_id("nda", T0, "2"),
+        verdict_id("nda ", T0, "1"),
+    }
     assert len(ids) == 4
 
 
 def test_cross_field_rules() -> None:
     with pytest.raises(ContractError, match="window_end_ms"):
-        decode(WindowAggregate, orjson.dumps({"doc_type": "a", "window_start_ms": T0,
-                                              "window_end_ms": T0, "request_count": 1,
-                                              "mean_drift": 0.1}))
+        decode(
+            WindowAggregate,
+            orjson.dumps(
+                {
+                    "doc_type": "a",
+                    "window_start_ms": T0,
+                    "window_end_ms": T0,
+                    "request_count": 1,
+                    "mean_drift": 0.1,
+                }
+            ),
+        )
     ev = orjson.loads(encode(sample_records()["drift-event"]))
     ev["event_type"] = "ANCHOR_DRIFT_RESOLVED"
     with pytest.raises(ContractError) as info:
@@ -173,9 +253,11 @@ def test_cross_field_rules() -> None:
 
 anchor_strategy = st.builds(
     AnchorSnapshot,
-    anchor_id=st.text(st.characters(min_codepoint=32, max_codepoint=0x2FFF, exclude_characters="\x7f"),
-                      min_size=1,
-                      max_size=20),
+    anchor_id=st.text(
+        st.characters(min_codepoint=32, max_codepoint=0x2FFF, exclude_characters="\x7f"),
+        min_size=1,
+        max_size=20,
+    ),
     position=st.integers(0, 10**6),
     l2_norm=st.floats(0, 100),
     cosine_angle=st.floats(-1, 1),
@@ -189,15 +271,20 @@ anchor_strategy = st.builds(
 @given(
     anchors=st.lists(anchor_strategy, max_size=8),
     extra=st.integers(0, 5),
-    doc_type=st.text(st.characters(exclude_categories=("Cs", "Cc")), min_size=1,
-                     max_size=60),
+    doc_type=st.text(st.characters(exclude_categories=("Cs", "Cc")), min_size=1, max_size=60),
     t=st.integers(946_684_800_000, 4_102_444_799_999),
 )
-def test_round_trip_property(anchors: list[AnchorSnapshot], extra: int, doc_type: str,
-                             t: int) -> None:
-    event = SnapshotEvent(event_id="e", event_time_ms=t, doc_type=doc_type,
-                          snapshot_status="active", anchor_count=len(anchors) + extra,
-                          anchors=anchors)
+def test_round_trip_property(
+    anchors: list[AnchorSnapshot], extra: int, doc_type: str, t: int
+) -> None:
+    event = SnapshotEvent(
+        event_id="e",
+        event_time_ms=t,
+        doc_type=doc_type,
+        snapshot_status="active",
+        anchor_count=len(anchors) + extra,
+        anchors=anchors,
+    )
     wire = encode(event)
     again = decode_snapshot(wire)
     assert again == event
@@ -211,4 +298,8 @@ def test_garbage_never_escapes_as_anything_but_contract_error(raw: bytes) -> Non
     try:
         decode_snapshot(raw)
     except ContractError as exc:
-        assert exc.problems
+        problems = exc.problems
+    else:
+        return  # garbage that happens to be a valid record
+    assert problems
+    assert all(p.field and p.reason for p in problems)

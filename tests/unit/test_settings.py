@@ -57,15 +57,18 @@ def test_config_file_from_environment(tmp_path: Path, monkeypatch: pytest.Monkey
     assert StackSettings.load().stack.controller_port == 29093
 
 
-def test_errors_name_the_variable_and_the_file_key(monkeypatch: pytest.MonkeyPatch,
-                                                   tmp_path: Path) -> None:
+def test_errors_name_the_variable_and_the_file_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("ANCHORWATCH_STACK__KAFKA_PORT", "not-a-port")
     monkeypatch.setenv("ANCHORWATCH_TOPICS__SNAPSHOTS", "bad topic!")
     with pytest.raises(SettingsError) as info:
         StackSettings.load()
     text = str(info.value)
-    assert "ANCHORWATCH_STACK__KAFKA_PORT" in text and "[stack] kafka_port" in text
-    assert "ANCHORWATCH_TOPICS__SNAPSHOTS" in text and "letters, digits" in text
+    assert "ANCHORWATCH_STACK__KAFKA_PORT" in text
+    assert "[stack] kafka_port" in text
+    assert "ANCHORWATCH_TOPICS__SNAPSHOTS" in text
+    assert "letters, digits" in text
 
 
 def test_unknown_key_in_a_section_is_an_error(tmp_path: Path) -> None:

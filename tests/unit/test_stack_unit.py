@@ -23,9 +23,7 @@ def test_busy_port_is_a_clear_error() -> None:
 
 def test_broker_config_is_single_node_kraft_on_loopback(tmp_path: Path) -> None:
     broker = KafkaBroker(tmp_path, "127.0.0.1", 19092, 19093, "512m", 3)
-    props = dict(
-        line.split("=", 1) for line in broker.server_properties().splitlines() if line
-    )
+    props = dict(line.split("=", 1) for line in broker.server_properties().splitlines() if line)
     assert props["process.roles"] == "broker,controller"
     assert props["listeners"] == "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093"
     assert props["auto.create.topics.enable"] == "false"
@@ -41,7 +39,8 @@ def test_flink_config_binds_loopback_and_keeps_the_package_jvm_options(tmp_path:
     assert conf["taskmanager.memory.process.size"] == "1536m"
     assert conf["env.pid.dir"] == str(tmp_path / "pids")
     # The package's file nests these sections; leaving them would set keys twice.
-    assert "jobmanager" not in conf and "taskmanager" not in conf
+    assert "jobmanager" not in conf
+    assert "taskmanager" not in conf
     assert "add-opens" in str(conf["env"])
 
 

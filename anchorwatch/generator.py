@@ -1,0 +1,662 @@
+"""Deterministic synthetic gateway traffic for tests, demos and detection evaluation.
+
+``generate(config)`` returns a :class:`Traffic`: the per-doc-type profiles, the labelled
+incidents that were injected, and ``records()``, the NDJSON record bodies in the order a
+gateway would deliver them (by arrival time, with ordinary disorder, late stragglers and
+malformed lines mixed in). Pure logic: writing to Kafka or files is done by the callers.
+
+Everything is drawn from ``random.Random`` instances seeded from the config, never from the
+global generator or the clock, so the same config always yields byte-identical records.
+Each (purpose, minute, doc type) has its own stream: a minute is generated without replaying
+the ones before it, and changing e.g. ``malformed_rate`` or ``late_rate`` corrupts or delays
+the same underlying events instead of producing different traffic.
+
+Incidents are minute aligned, start no earlier than ``WARMUP_MINUTES`` into the run (a
+baseline must exist before anything goes wrong) and end inside it. When the run is too short
+or a type has no free span left, fewer incidents than asked for are placed: the labels in
+``Traffic.incidents`` are the truth, not the config.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import orjson
+
+from anchorwatch.contracts.codec import encode
+from anchorwatch.contracts.models import RESAMPLE, AnchorSnapshot, SnapshotEvent
+
+__all__ = [
+    "DEFAULT_KONG_HEADERS",
+    "DOC_TYPE_NAMES",
+    "DRIFT_KINDS",
+    "FAULT_KINDS",
+    "INCIDENT_KINDS",
+    "MALFORMED_REASONS",
+    "WARMUP_MINUTES",
+    "DocTypeProfile",
+    "GeneratedRecord",
+    "IncidentLabel",
+    "KongHeaderNames",
+    "Traffic",
+    "TrafficConfig",
+    "generate",
+    "to_kong_entry",
+]
+
+MINUTE_MS: Final = 60_000
+#: Incidents start at least this many minutes into the run, after a clean warm-up.
+WARMUP_MINUTES: Final = 5
+#: Incident length in whole minutes, inclusive bounds.
+INCIDENT_MINUTES: Final = (3, 10)
+# Free minutes kept between two incidents on the same type, so that a detector can resolve
+# the first before the second opens and each label maps to one alert.
+_RECOVERY_GAP_MINUTES: Final = 2
+_PLACEMENT_ATTEMPTS: Final = 100
+
+DRIFT_KINDS: Final = ("jump", "ramp")
+FAULT_KINDS: Final = ("zero_anchors", "disabled", "kl_spike", "resample_burst")
+INCIDENT_KINDS: Final = DRIFT_KINDS + FAULT_KINDS
+MALFORMED_REASONS: Final = (
+    "not_json",
+    "truncated",
+    "missing_field",
+    "out_of_range",
+    "wrong_type",
+    "count_mismatch",
+)
+
+DOC_TYPE_NAMES: Final = (
+    "purchase_contract",
+    "medical_report",
+    "invoice",
+    "nda",
+    "lease_agreement",
+    "insurance_claim",
+    "radiology_report",
+    "discharge_summary",
+    "bank_statement",
+    "patent_filing",
+    "employment_contract",
+    "rag_kb_article",
+    "tax_form",
+    "clinical_trial_protocol",
+    "research_paper",
+    "loan_application",
+    "privacy_policy",
+    "support_ticket",
+)
+# medical_report runs this much hotter than purchase_contract: the example the docs use.
+_MEDICAL_OVER_PURCHASE: Final = 0.15
+
+RateTier = Literal["busy", "normal", "sparse"]
+_RATE_RANGES: Final[dict[RateTier, tuple[float, float]]] = {
+    "busy": (30.0, 120.0),
+    "normal": (5.0, 30.0),
+    "sparse": (0.5, 3.0),
+}
+
+# Splits a type's per-anchor spread into a per-request part (anchors of one document move
+# together) and a per-anchor part; the shares add up to 1 in variance, so an anchor's drift
+# is still N(base, spread) around the type's level.
+_REQUEST_SHARE: Final = math.sqrt(0.36)
+_ANCHOR_SHARE: Final = math.sqrt(0.64)
+_RESAMPLE_ABOVE: Final = 0.8
+_ANCHOR_KINDS: Final = ("SECTION", "SECTION", "SECTION", "TABLE", "ENTITY", "ENTITY", "CLAUSE")
+
+# Lines a broken producer or proxy really puts on a topic; none of them parse as JSON.
+_NOT_JSON_LINES: Final = (
+    b"upstream connect error or disconnect/reset before headers. reset reason: overflow",
+    b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>",
+    b"2025/11/29 08:00:01 [error] 1337#0: *42 lua entry thread aborted: runtime error",
+    b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03",  # a gzip header: compressed by mistake
+    b"{'event_id': 'abc', 'doc_type': 'invoice'}",  # a Python repr, not JSON
+)
+_REQUIRED_FIELDS: Final = (
+    "event_id",
+    "event_time_ms",
+    "doc_type",
+    "snapshot_status",
+    "anchor_count",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Public data types
+
+
+@dataclass(frozen=True, slots=True)
+class DocTypeProfile:
+    """How one document type behaves when nothing is wrong."""
+
+    name: str
+    base_drift: float  # mean per-anchor drift
+    spread: float  # std of per-anchor drift around base_drift
+    rate_per_minute: float  # Poisson mean, rate_scale already applied
+    anchors_mean: float  # mean anchors per request
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentLabel:
+    """Ground truth for one injected incident.
+
+    ``magnitude`` by kind: jump, the drift added over the whole span; ramp, the drift added
+    at the end (growing linearly from 0 at the start); zero_anchors and disabled, the share
+    of the type's requests hit; kl_spike, the KL divergence level of every anchor;
+    resample_burst, the share of anchors recommended for re-sampling whatever their drift.
+    """
+
+    doc_type: str
+    start_ms: int  # event time, inclusive
+    end_ms: int  # event time, exclusive
+    kind: str  # one of INCIDENT_KINDS
+    magnitude: float
+
+    def to_json(self) -> bytes:
+        """One NDJSON line body (no newline)."""
+        return orjson.dumps(self)
+
+    def covers(self, event_time_ms: int) -> bool:
+        return self.start_ms <= event_time_ms < self.end_ms
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficConfig:
+    seed: int = 7
+    start_ms: int = 1_764_403_200_000  # 2025-11-29T08:00Z; must be minute aligned
+    minutes: int = 30
+    doc_types: int = 8
+    rate_scale: float = 1.0  # multiplies every type's request rate
+    malformed_rate: float = 0.0  # share of records replaced by malformed bytes
+    disorder_ms: int = 5_000  # ordinary arrival = event time + U[0, disorder_ms]
+    late_rate: float = 0.0  # share of records delayed by U[late_delay_ms]
+    late_delay_ms: tuple[int, int] = (90_000, 240_000)
+    incidents: int = 0  # drift incidents (jump / ramp) to inject
+    fault_incidents: int = 0  # data-quality incidents (zero_anchors .. resample_burst)
+    background_fault_rate: float = 0.0  # unlabelled per-request faults
+
+    def __post_init__(self) -> None:
+        _check_int("seed", self.seed)
+        _check_int("start_ms", self.start_ms, low=946_684_800_000)
+        if self.start_ms % MINUTE_MS:
+            # Chunks and incidents are minute aligned so that they line up with windows.
+            raise ValueError(f"start_ms: must be a whole minute, got {self.start_ms}")
+        _check_int("minutes", self.minutes, low=1)
+        _check_int("doc_types", self.doc_types, low=1)
+        scale = self.rate_scale
+        if not (_is_number(scale) and math.isfinite(scale) and scale >= 0):
+            raise ValueError(f"rate_scale: must be a finite number >= 0, got {scale!r}")
+        for name in ("malformed_rate", "late_rate", "background_fault_rate"):
+            value = getattr(self, name)
+            if not (_is_number(value) and 0.0 <= value <= 1.0):
+                raise ValueError(f"{name}: must be a share in [0, 1], got {value!r}")
+        _check_int("disorder_ms", self.disorder_ms, low=0)
+        delay = self.late_delay_ms
+        if not (
+            isinstance(delay, tuple)
+            and len(delay) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in delay)
+            and 0 <= delay[0] <= delay[1]
+        ):
+            raise ValueError(
+                f"late_delay_ms: must be (low, high) with 0 <= low <= high, got {delay!r}"
+            )
+        _check_int("incidents", self.incidents, low=0)
+        _check_int("fault_incidents", self.fault_incidents, low=0)
+        # The contract rejects times from 2100 on; keep every arrival a valid event time too.
+        if self.end_ms + delay[1] >= 4_102_444_800_000:
+            raise ValueError("minutes: the run must end (late arrivals included) before 2100")
+
+    @property
+    def end_ms(self) -> int:
+        """Event time where the run ends (exclusive)."""
+        return self.start_ms + self.minutes * MINUTE_MS
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedRecord:
+    arrival_ms: int  # when the gateway would have delivered it
+    raw: bytes  # NDJSON line body, no newline: encode(event), or the malformed bytes
+    event: SnapshotEvent | None  # None for malformed records
+    late: bool  # delayed by the late mechanism rather than ordinary disorder
+    malformed_reason: str | None  # one of MALFORMED_REASONS, or None
+
+
+@dataclass(frozen=True, slots=True)
+class KongHeaderNames:
+    """Request headers that carry the snapshot in a Kong http-log entry."""
+
+    doc_type: str = "x-anthropic-doc-type"
+    snapshot_status: str = "x-anthropic-snapshot-status"
+    anchor_count: str = "x-anthropic-anchor-count"
+    snapshot_log: str = "x-anthropic-snapshot-log"
+    request_id: str = "x-request-id"
+
+
+DEFAULT_KONG_HEADERS: Final = KongHeaderNames()
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    config: TrafficConfig
+    profiles: tuple[DocTypeProfile, ...]
+    incidents: tuple[IncidentLabel, ...]  # sorted by start_ms
+
+    def records(self) -> Iterator[GeneratedRecord]:
+        """All records by arrival time (ties in generation order); regenerated on each call.
+
+        Streams: minutes are generated one at a time and held in a heap only until no later
+        minute can produce an earlier arrival, so memory follows the delay horizon (about
+        late_delay_ms of traffic), not the length of the run.
+        """
+        heap: list[tuple[int, int, GeneratedRecord]] = []
+        seq = 0
+        for minute in range(self.config.minutes):
+            for index, profile in enumerate(self.profiles):
+                incidents = [i for i in self.incidents if i.doc_type == profile.name]
+                for record in self._minute(minute, index, profile, incidents):
+                    heapq.heappush(heap, (record.arrival_ms, seq, record))
+                    seq += 1
+            # Every later event has event time >= the next minute, and arrives no earlier.
+            horizon = self.config.start_ms + (minute + 1) * MINUTE_MS
+            while heap and heap[0][0] < horizon:
+                yield heapq.heappop(heap)[2]
+        while heap:
+            yield heapq.heappop(heap)[2]
+
+    def _minute(
+        self, minute: int, index: int, profile: DocTypeProfile, incidents: list[IncidentLabel]
+    ) -> Iterator[GeneratedRecord]:
+        cfg = self.config
+        content = _rng(cfg.seed, "traffic", minute, index)
+        delivery = _rng(cfg.seed, "delivery", minute, index)
+        corrupt = _rng(cfg.seed, "malformed", minute, index)
+        minute_start = cfg.start_ms + minute * MINUTE_MS
+        for k, offset in enumerate(_arrival_offsets(content, profile.rate_per_minute)):
+            event_time = minute_start + offset
+            active = [i for i in incidents if i.covers(event_time)]
+            event = _event(
+                content, profile, f"{cfg.seed}-{index}-{minute}-{k}", event_time, active, cfg
+            )
+            # Always draw all delivery decisions so that changing one rate leaves the others'
+            # outcomes for each event unchanged.
+            malformed = delivery.random() < cfg.malformed_rate
+            late = delivery.random() < cfg.late_rate
+            ordinary_delay = delivery.randint(0, cfg.disorder_ms)
+            late_delay = delivery.randint(*cfg.late_delay_ms)
+            arrival = event_time + (late_delay if late else ordinary_delay)
+            if malformed:
+                raw, reason = _malformed(corrupt, event)
+                yield GeneratedRecord(arrival, raw, None, late, reason)
+            else:
+                yield GeneratedRecord(arrival, encode(event), event, late, None)
+
+
+def generate(config: TrafficConfig) -> Traffic:
+    """Profiles and incident labels for ``config``; records are produced by ``records()``."""
+    profiles = _profiles(config)
+    return Traffic(config, profiles, _place_incidents(config, profiles))
+
+
+# --------------------------------------------------------------------------------------------
+# Profiles and incidents
+
+
+def _rng(seed: int, *parts: object) -> random.Random:
+    # random.Random hashes a string seed with SHA-512: the same stream in every process,
+    # unlike seeding from hash(), which is salted per process.
+    return random.Random(":".join(str(p) for p in (seed, *parts)))
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_int(name: str, value: object, *, low: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}: must be an integer, got {value!r}")
+    if low is not None and value < low:
+        raise ValueError(f"{name}: must be >= {low}, got {value}")
+
+
+def _doc_type_name(index: int) -> str:
+    base = DOC_TYPE_NAMES[index % len(DOC_TYPE_NAMES)]
+    round_ = index // len(DOC_TYPE_NAMES)
+    return base if round_ == 0 else f"{base}_{round_ + 1}"
+
+
+def _rate_tiers(n: int) -> list[RateTier]:
+    # A quarter busy and a quarter sparse, at least one of each once there is room: detectors
+    # must cope with types that fill a window and types that barely reach min_requests.
+    busy = max(1, n // 4) if n >= 2 else 0
+    sparse = max(1, n // 4) if n >= 3 else 0
+    tiers: list[RateTier] = ["busy"] * busy
+    tiers += ["sparse"] * sparse
+    tiers += ["normal"] * (n - busy - sparse)
+    return tiers
+
+
+def _profiles(config: TrafficConfig) -> tuple[DocTypeProfile, ...]:
+    rng = _rng(config.seed, "profiles")
+    tiers = _rate_tiers(config.doc_types)
+    rng.shuffle(tiers)
+    profiles: list[DocTypeProfile] = []
+    purchase_base = 0.0
+    for index, tier in enumerate(tiers):
+        name = _doc_type_name(index)
+        low, high = _RATE_RANGES[tier]
+        rate = round(rng.uniform(low, high), 2)
+        base = rng.uniform(0.15, 0.6)
+        if name == "purchase_contract":
+            purchase_base = base = rng.uniform(0.28, 0.40)
+        elif name == "medical_report":
+            base = purchase_base + _MEDICAL_OVER_PURCHASE
+        profiles.append(
+            DocTypeProfile(
+                name=name,
+                base_drift=round(base, 3),
+                spread=round(rng.uniform(0.03, 0.12), 3),
+                rate_per_minute=rate * config.rate_scale,
+                anchors_mean=round(rng.uniform(3.0, 20.0), 1),
+            )
+        )
+    return tuple(profiles)
+
+
+def _incident_magnitude(rng: random.Random, kind: str) -> float:
+    if kind in DRIFT_KINDS:
+        return round(rng.uniform(0.2, 0.45), 3)
+    if kind == "kl_spike":
+        return round(rng.uniform(1.5, 4.0), 3)
+    if kind == "resample_burst":
+        return round(rng.uniform(0.3, 0.8), 3)
+    return round(rng.uniform(0.3, 0.9), 3)  # zero_anchors / disabled: share of requests
+
+
+def _place_incidents(
+    config: TrafficConfig, profiles: tuple[DocTypeProfile, ...]
+) -> tuple[IncidentLabel, ...]:
+    rng = _rng(config.seed, "incidents")
+    taken: dict[int, list[tuple[int, int]]] = {}  # type index -> [start, end) minute spans
+    labels: list[IncidentLabel] = []
+    max_len = min(INCIDENT_MINUTES[1], config.minutes - WARMUP_MINUTES)
+    if max_len < INCIDENT_MINUTES[0]:
+        return ()  # too short for a warm-up plus the shortest incident
+    families = [DRIFT_KINDS] * config.incidents + [FAULT_KINDS] * config.fault_incidents
+    for kinds in families:
+        kind = rng.choice(kinds)
+        for _ in range(_PLACEMENT_ATTEMPTS):
+            length = rng.randint(INCIDENT_MINUTES[0], max_len)
+            start = rng.randint(WARMUP_MINUTES, config.minutes - length)
+            index = rng.randrange(len(profiles))
+            spans = taken.setdefault(index, [])
+            gap = _RECOVERY_GAP_MINUTES
+            if any(start < e + gap and s < start + length + gap for s, e in spans):
+                continue
+            spans.append((start, start + length))
+            labels.append(
+                IncidentLabel(
+                    doc_type=profiles[index].name,
+                    start_ms=config.start_ms + start * MINUTE_MS,
+                    end_ms=config.start_ms + (start + length) * MINUTE_MS,
+                    kind=kind,
+                    magnitude=_incident_magnitude(rng, kind),
+                )
+            )
+            break
+    return tuple(sorted(labels, key=lambda i: (i.start_ms, i.doc_type, i.kind)))
+
+
+# --------------------------------------------------------------------------------------------
+# Events
+
+
+def _arrival_offsets(rng: random.Random, rate_per_minute: float) -> list[int]:
+    """Poisson process over one minute: exponential gaps give a Poisson count with times
+    uniform in the minute, and need no exp(-rate) that underflows for busy types."""
+    offsets: list[int] = []
+    if rate_per_minute <= 0:
+        return offsets
+    t = rng.expovariate(rate_per_minute / MINUTE_MS)
+    while t < MINUTE_MS:
+        offsets.append(int(t))
+        t += rng.expovariate(rate_per_minute / MINUTE_MS)
+    return offsets
+
+
+def _clip(value: float, low: float, high: float) -> float:
+    return min(high, max(low, value))
+
+
+def _event(
+    rng: random.Random,
+    profile: DocTypeProfile,
+    event_id: str,
+    event_time: int,
+    active: list[IncidentLabel],
+    config: TrafficConfig,
+) -> SnapshotEvent:
+    offset = 0.0
+    zero = disabled = False
+    kl_level: float | None = None
+    resample_share = 0.0
+    for incident in active:
+        if incident.kind == "jump":
+            offset += incident.magnitude
+        elif incident.kind == "ramp":
+            progress = (event_time - incident.start_ms) / (incident.end_ms - incident.start_ms)
+            offset += incident.magnitude * progress
+        elif incident.kind == "zero_anchors":
+            zero = zero or rng.random() < incident.magnitude
+        elif incident.kind == "disabled":
+            disabled = disabled or rng.random() < incident.magnitude
+        elif incident.kind == "kl_spike":
+            kl_level = incident.magnitude
+        else:
+            resample_share = incident.magnitude
+    # Drawn for every request so that background_fault_rate does not shift other draws.
+    background = rng.random() < config.background_fault_rate
+    fault = rng.choice(("zero_anchors", "disabled", "kl_spike"))
+    spike = rng.uniform(1.5, 4.0)
+    if background:
+        zero = zero or fault == "zero_anchors"
+        disabled = disabled or fault == "disabled"
+        if fault == "kl_spike" and kl_level is None:
+            kl_level = spike
+
+    count = max(1, round(rng.gauss(profile.anchors_mean, profile.anchors_mean * 0.3)))
+    common: dict[str, Any] = {
+        "event_id": event_id,
+        "event_time_ms": event_time,
+        "doc_type": profile.name,
+        "source": "generator",
+    }
+    if zero:  # the "stuck at zero" signature: nothing counted, nothing logged
+        return SnapshotEvent(**common, snapshot_status="active", anchor_count=0, anchors=[])
+    if disabled:  # the gateway counted anchors but did not snapshot them
+        return SnapshotEvent(**common, snapshot_status="disabled", anchor_count=count, anchors=[])
+    level = profile.base_drift + offset + rng.gauss(0.0, profile.spread * _REQUEST_SHARE)
+    return SnapshotEvent(
+        **common,
+        snapshot_status="active",
+        anchor_count=count,
+        anchors=_anchors(
+            rng, count, level, profile.spread * _ANCHOR_SHARE, kl_level, resample_share
+        ),
+    )
+
+
+def _anchors(
+    rng: random.Random,
+    count: int,
+    level: float,
+    noise: float,
+    kl_level: float | None,
+    resample_share: float,
+) -> list[AnchorSnapshot]:
+    anchors: list[AnchorSnapshot] = []
+    numbers: dict[str, int] = {}
+    position = rng.randint(0, 200)
+    for _ in range(count):
+        kind = rng.choice(_ANCHOR_KINDS)
+        numbers[kind] = numbers.get(kind, 0) + 1
+        drift = round(_clip(rng.gauss(level, noise), 0.0, 1.0), 4)
+        kl = rng.uniform(0.01, 0.08) if kl_level is None else kl_level * rng.uniform(0.85, 1.15)
+        burst = rng.random() < resample_share
+        anchors.append(
+            AnchorSnapshot(
+                anchor_id=f"{kind}_{numbers[kind]:03d}",
+                position=position,
+                l2_norm=round(rng.uniform(3.0, 6.0), 4),
+                cosine_angle=round(_clip(1.0 - drift * rng.uniform(0.2, 0.5), -1.0, 1.0), 4),
+                kl_divergence=round(kl, 4),
+                drift_score=drift,
+                recommendation=RESAMPLE if burst or drift > _RESAMPLE_ABOVE else "none",
+            )
+        )
+        position += rng.randint(40, 1500)
+    return anchors
+
+
+def _malformed(rng: random.Random, event: SnapshotEvent) -> tuple[bytes, str]:
+    """Bytes a broken producer might send in place of ``event``; none passes decode_snapshot."""
+    reason = rng.choice(MALFORMED_REASONS)
+    if reason == "not_json":
+        return rng.choice(_NOT_JSON_LINES), reason
+    raw = encode(event)
+    if reason == "truncated":
+        # Any proper prefix of a JSON object is unbalanced, hence invalid.
+        return raw[: rng.randint(1, len(raw) - 1)], reason
+    data = orjson.loads(raw)
+    anchors: list[dict[str, Any]] = data["anchors"]
+    if reason == "missing_field":
+        del data[rng.choice(_REQUIRED_FIELDS)]
+    elif reason == "out_of_range":
+        if anchors:
+            rng.choice(anchors)["drift_score"] = round(rng.uniform(1.05, 3.0), 4)
+        else:
+            data["event_time_ms"] //= 1000  # seconds where milliseconds belong
+    elif reason == "wrong_type":
+        if anchors:
+            target = rng.choice(anchors)
+            target["drift_score"] = str(target["drift_score"])
+        else:
+            data["anchor_count"] = str(data["anchor_count"])
+    else:  # count_mismatch: the log lists more anchors than the gateway counted
+        if not anchors:
+            anchors.append(
+                {
+                    "anchor_id": "SECTION_001",
+                    "position": 0,
+                    "l2_norm": 4.2,
+                    "cosine_angle": 0.9,
+                    "kl_divergence": 0.03,
+                    "drift_score": 0.3,
+                    "recommendation": "none",
+                }
+            )
+        data["anchor_count"] = len(anchors) - 1
+    return orjson.dumps(data), reason
+
+
+# --------------------------------------------------------------------------------------------
+# Kong http-log entries
+
+_SERVICE_ID: Final = str(uuid.uuid5(uuid.NAMESPACE_URL, "anchorwatch:service:anthropic-messages"))
+_ROUTE_ID: Final = str(uuid.uuid5(uuid.NAMESPACE_URL, "anchorwatch:route:llm-messages"))
+_CONFIG_TIME_S: Final = 1_764_000_000  # created_at / updated_at of the service and route
+
+
+def to_kong_entry(
+    event: SnapshotEvent, *, headers: KongHeaderNames = DEFAULT_KONG_HEADERS
+) -> dict[str, Any]:
+    """The object Kong's http-log plugin would have posted for ``event``'s request.
+
+    The snapshot travels in request headers (string values, as Kong logs them); sizes,
+    latencies and the client address are drawn from a stream seeded by the event id, so the
+    same event always gives the same entry.
+    """
+    rng = random.Random(f"kong:{event.event_id}")
+    snapshot_log = orjson.dumps([a.model_dump(mode="json") for a in event.anchors]).decode()
+    request_size = 1_200 + event.anchor_count * rng.randint(800, 4_000)
+    response_size = rng.randint(600, 8_000)
+    proxy = int(rng.lognormvariate(math.log(2_500), 0.5)) + 15 * event.anchor_count
+    kong = rng.randint(1, 12)
+    return {
+        "request": {
+            "method": "POST",
+            "uri": "/v1/messages",
+            "url": "http://llm-gateway.internal:8000/v1/messages",
+            "size": request_size,
+            "querystring": {},
+            "headers": {
+                "host": "llm-gateway.internal:8000",
+                "content-type": "application/json",
+                "content-length": str(request_size - 400),
+                "anthropic-version": "2023-06-01",
+                "user-agent": "anchorwatch-generator/1",
+                headers.request_id: event.event_id,
+                headers.doc_type: event.doc_type,
+                headers.snapshot_status: event.snapshot_status,
+                headers.anchor_count: str(event.anchor_count),
+                headers.snapshot_log: snapshot_log,
+            },
+        },
+        "upstream_uri": "/v1/messages",
+        "response": {
+            "status": 200,
+            "size": response_size,
+            "headers": {
+                "content-type": "application/json",
+                "content-length": str(response_size - 300),
+                "x-kong-upstream-latency": str(proxy),
+                "x-kong-proxy-latency": str(kong),
+                "via": "kong/3.9.0",
+                headers.request_id: event.event_id,
+            },
+        },
+        "started_at": event.event_time_ms,
+        "latencies": {"request": proxy + kong + rng.randint(0, 5), "kong": kong, "proxy": proxy},
+        "tries": [
+            {
+                "ip": "160.79.104.10",
+                "port": 443,
+                "balancer_start": event.event_time_ms + kong,
+                "balancer_latency": 0,
+            }
+        ],
+        "service": {
+            "id": _SERVICE_ID,
+            "name": "anthropic-messages",
+            "host": "api.anthropic.com",
+            "port": 443,
+            "protocol": "https",
+            "path": "/",
+            "retries": 5,
+            "connect_timeout": 60_000,
+            "read_timeout": 600_000,
+            "write_timeout": 60_000,
+            "created_at": _CONFIG_TIME_S,
+            "updated_at": _CONFIG_TIME_S,
+        },
+        "route": {
+            "id": _ROUTE_ID,
+            "name": "llm-messages",
+            "paths": ["/v1/messages"],
+            "methods": ["POST"],
+            "protocols": ["http", "https"],
+            "strip_path": False,
+            "preserve_host": False,
+            "service": {"id": _SERVICE_ID},
+            "created_at": _CONFIG_TIME_S,
+            "updated_at": _CONFIG_TIME_S,
+        },
+        "client_ip": f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}",
+        "source": "upstream",
+    }

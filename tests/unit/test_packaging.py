@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.mark.slow
+def test_wheel_puts_only_anchorwatch_in_site_packages(tmp_path: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("anchorwatch-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names} == {
+        "anchorwatch",
+        wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info",
+    }
+    # The top-level jobs/, connectors/ and alerting/ ship under the project's name,
+    # with the data files the code needs at run time.
+    for path in (
+        "anchorwatch/jobs/window_counts.py",
+        "anchorwatch/connectors/publisher.py",
+        "anchorwatch/alerting/__init__.py",
+        "anchorwatch/stack/pom.xml",
+        "anchorwatch/contracts/schemas/snapshot-event.v1.schema.json",
+    ):
+        assert path in names
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    assert (
+        "anchorwatch = anchorwatch.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    )
