@@ -185,7 +185,8 @@ def stack_status(ctx: click.Context, /, as_json: bool, **opts: Any) -> None:
 # --------------------------------------------------------------------------- generate
 
 
-def _traffic_options(f: F) -> F:
+def _traffic_options(f: F, **defaults: Any) -> F:
+    d: dict[str, Any] = {"malformed_rate": 0.0, "incidents": 0, "fault_rate": 0.0} | defaults
     options = [
         click.option(
             "--seed",
@@ -218,7 +219,7 @@ def _traffic_options(f: F) -> F:
         click.option(
             "--malformed-rate",
             type=float,
-            default=0.0,
+            default=d["malformed_rate"],
             show_default=True,
             help="Share of records that are malformed.",
         ),
@@ -239,7 +240,7 @@ def _traffic_options(f: F) -> F:
         click.option(
             "--incidents",
             type=int,
-            default=0,
+            default=d["incidents"],
             show_default=True,
             help="Drift incidents to inject (jumps and ramps).",
         ),
@@ -253,7 +254,7 @@ def _traffic_options(f: F) -> F:
         click.option(
             "--fault-rate",
             type=float,
-            default=0.0,
+            default=d["fault_rate"],
             show_default=True,
             help="Sporadic per-request data-quality faults outside incidents.",
         ),
@@ -422,8 +423,14 @@ def job_run(ctx: click.Context, /, bounded: bool, **opts: Any) -> None:
 # --------------------------------------------------------------------------- demo
 
 
+def _demo_traffic_options(f: F) -> F:
+    # The demo shows the dead-letter path and faults by default; no late events, so that
+    # every accepted event must appear in a window and the check can be exact.
+    return _traffic_options(f, malformed_rate=0.01, incidents=2, fault_rate=0.01)
+
+
 @cli.command("demo")
-@_traffic_options
+@_demo_traffic_options
 @click.option(
     "--keep", is_flag=True, help="Leave the stack running and the run's topics in place afterwards."
 )
