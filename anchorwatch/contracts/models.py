@@ -148,6 +148,7 @@ class Verdict(_Contract):
     rule: RuleKind
     baseline_version: str | None = Field(default=None, max_length=64)
     threshold: Probability
+    critical_threshold: Probability
     min_requests: int = Field(ge=1)
     breach_level: BreachLevel
     reasons: list[Reason] = Field(default_factory=list)
@@ -171,7 +172,8 @@ class Baseline(_Contract):
     p95: Probability
     p99: Probability
     typical_request_count: NonNegative
-    threshold: Probability = Field(description="A window mean above this breaches.")
+    threshold: Probability = Field(description="A window mean above this breaches (warning).")
+    critical_threshold: Probability = Field(description="A window mean above this is critical.")
     min_requests: int = Field(ge=1, description="Fewer requests than this prove nothing.")
     hourly_center: list[Probability] | None = Field(
         default=None, description="Per hour-of-day center (24 values) when history allows."
@@ -179,6 +181,8 @@ class Baseline(_Contract):
 
     @model_validator(mode="after")
     def _history_ordered(self) -> Baseline:
+        if self.critical_threshold < self.threshold:
+            raise ValueError("critical_threshold: must not be below threshold")
         if self.history_end_ms < self.history_start_ms:
             raise ValueError("history_end_ms: must not be before history_start_ms")
         if self.hourly_center is not None and len(self.hourly_center) != 24:

@@ -175,6 +175,7 @@ def sample_records() -> dict[str, Any]:
             window=window,
             rule="static",
             threshold=0.85,
+            critical_threshold=0.9,
             min_requests=5,
             breach_level="none",
         ),
@@ -192,6 +193,7 @@ def sample_records() -> dict[str, Any]:
             p99=0.55,
             typical_request_count=30,
             threshold=0.6,
+            critical_threshold=0.7,
             min_requests=8,
         ),
         "drift-event": DriftEvent(

@@ -1,0 +1,139 @@
+"""Judge one window: the rule written once, run by the Flink job, the backtest and alerting.
+
+A window is compared with its doc type's baseline when that baseline was fitted on enough
+history, otherwise with the static rule (by default the source's `avg > 0.85 and count > 5`).
+The figures it compares with (threshold, critical threshold, minimum sample size) come from
+the baseline record itself, so every consumer compares against the same numbers.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from anchorwatch.contracts import Baseline, Reason, WindowAggregate
+from anchorwatch.contracts.models import BreachLevel, RuleKind
+
+
+@dataclass(frozen=True)
+class StaticRule:
+    """The rule for doc types without a usable baseline."""
+
+    threshold: float = 0.85
+    critical_threshold: float = 0.9
+    min_requests: int = 6  # the source's "request_count > 5"
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.threshold <= self.critical_threshold <= 1.0:
+            raise ValueError("threshold: need 0 <= threshold <= critical_threshold <= 1")
+        if self.min_requests < 1:
+            raise ValueError("min_requests: must be at least 1")
+
+
+@dataclass(frozen=True)
+class QualityLimits:
+    """Shares (of a window's requests or anchors) above which a data-quality signature is
+    named in the verdict. Diagnoses explain a window; they do not raise its breach level."""
+
+    zero_anchor_share: float = 0.2
+    disabled_share: float = 0.2
+    resample_share: float = 0.3
+    mean_kl_divergence: float = 1.0
+
+
+@dataclass(frozen=True)
+class Judgement:
+    rule: RuleKind
+    threshold: float
+    critical_threshold: float
+    min_requests: int
+    breach_level: BreachLevel
+    baseline_version: str | None
+    reasons: list[Reason] = field(default_factory=list)
+
+
+def judge_window(
+    window: WindowAggregate,
+    baseline: Baseline | None,
+    static: StaticRule = StaticRule(),
+    quality: QualityLimits = QualityLimits(),
+) -> Judgement:
+    reasons: list[Reason] = []
+    if baseline is not None and baseline.status == "fitted":
+        rule: RuleKind = "baseline"
+        threshold, critical = baseline.threshold, baseline.critical_threshold
+        min_requests, version = baseline.min_requests, baseline.version
+    else:
+        rule, version = "static", None
+        threshold, critical = static.threshold, static.critical_threshold
+        min_requests = static.min_requests
+        why = "no baseline yet" if baseline is None else "baseline has too little history"
+        reasons.append(Reason(code="static_rule", message=f"{why}: static rule applies"))
+
+    level: BreachLevel = "none"
+    mean, n = window.mean_drift, window.request_count
+    if n < min_requests:
+        if mean > threshold:
+            reasons.append(
+                Reason(
+                    code="too_few_requests",
+                    message=f"mean drift {mean:.3f} above {threshold:.3f} on only {n} requests "
+                    f"(needs {min_requests})",
+                )
+            )
+    elif mean > critical:
+        level = "critical"
+        reasons.append(
+            Reason(
+                code="above_critical",
+                message=f"mean drift {mean:.3f} above critical threshold {critical:.3f} "
+                f"({n} requests)",
+            )
+        )
+    elif mean > threshold:
+        level = "warning"
+        reasons.append(
+            Reason(
+                code="above_threshold",
+                message=f"mean drift {mean:.3f} above threshold {threshold:.3f} ({n} requests)",
+            )
+        )
+    reasons.extend(diagnose(window, quality))
+    return Judgement(rule, threshold, critical, min_requests, level, version, reasons)
+
+
+def diagnose(window: WindowAggregate, limits: QualityLimits) -> list[Reason]:
+    """Known data-quality signatures, named so the people paged know where to look."""
+    found = []
+    if (share := window.zero_anchor_share) is not None and share > limits.zero_anchor_share:
+        found.append(
+            Reason(
+                code="zero_anchors",
+                message=f"{share:.0%} of requests had no anchors (drift stuck at 0.0): documents "
+                "without anchor markers",
+            )
+        )
+    if (share := window.disabled_share) is not None and share > limits.disabled_share:
+        found.append(
+            Reason(
+                code="snapshot_disabled",
+                message=f"{share:.0%} of requests had snapshot status 'disabled': malformed "
+                "anchor markers",
+            )
+        )
+    if (kl := window.mean_kl_divergence) is not None and kl > limits.mean_kl_divergence:
+        found.append(
+            Reason(
+                code="kl_divergence_spike",
+                message=f"mean kl_divergence {kl:.2f}: look for invisible Unicode in the inputs",
+            )
+        )
+    if (share := window.resample_share) is not None and share > limits.resample_share:
+        found.append(
+            Reason(
+                code="resample_burst",
+                message=f"{share:.0%} of anchors recommended 're-sample'",
+            )
+        )
+    return found
