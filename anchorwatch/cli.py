@@ -393,31 +393,104 @@ def job() -> None:
     """The Flink drift job."""
 
 
+def _job_options(f: F) -> F:
+    options = [
+        click.option("--window-size-s", type=int, help="Tumbling window size. [default: 60]"),
+        click.option("--watermark-delay-ms", type=int,
+                     help="Allowed out-of-orderness. [default: 10000]"),
+        click.option("--parallelism", type=int, help="Operator parallelism. [default: 1]"),
+        click.option("--checkpoint-interval-s", type=int,
+                     help="Checkpoint interval. [default: 30]"),
+    ]  # fmt: skip
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
 @job.command("run")
+@_job_options
 @click.option(
-    "--bounded",
-    is_flag=True,
-    help="Stop at the current end of the snapshots topic instead of running on.",
+    "--bounded", is_flag=True, help="Stop at the current end of the topics instead of running on."
 )
-@click.option("--window-size-s", type=int, help="Tumbling window size. [default: 60]")
-@click.option("--watermark-delay-ms", type=int, help="Allowed out-of-orderness. [default: 10000]")
-@click.option("--parallelism", type=int, help="Operator parallelism. [default: 1]")
+@click.option("--from-savepoint", "savepoint", help="Restore state from this savepoint/checkpoint.")
 @click.pass_context
-def job_run(ctx: click.Context, /, bounded: bool, **opts: Any) -> None:
-    """Run the window job on the local embedded Flink mini-cluster (current slice: count and
-    mean drift per doc type per window, written to the windows topic)."""
-    from anchorwatch.jobs import window_counts
+def job_run(ctx: click.Context, /, bounded: bool, savepoint: str | None, **opts: Any) -> None:
+    """Run the drift job on the local embedded Flink mini-cluster (until cancelled, or to
+    the current end of the topics with --bounded)."""
+    from anchorwatch.jobs import drift_job
     from anchorwatch.jobs.settings import JobSettings
     from anchorwatch.stack.jvm import fetch
 
     settings = _load(ctx, JobSettings, job=opts)
     artifacts, _ = fetch(settings.jvm.cache_dir)
     click.echo(
-        f"running on the local mini-cluster: {settings.topics.snapshots} -> "
-        f"{settings.topics.windows}" + (" (bounded)" if bounded else ""),
+        f"drift job on the local mini-cluster: {settings.topics.snapshots} -> "
+        f"{settings.topics.verdicts}" + (" (bounded)" if bounded else ""),
         err=True,
     )
-    window_counts.run(settings, artifacts.kafka_connector_jar(), bounded=bounded).wait()
+    drift_job.run(
+        settings, artifacts.kafka_connector_jar(), bounded=bounded, savepoint=savepoint
+    ).wait()
+
+
+@job.command("submit")
+@_job_options
+@click.option("--jobmanager", required=True, help="The session cluster's REST address, HOST:PORT.")
+@click.option("--from-savepoint", "savepoint", help="Start from this savepoint (an upgrade).")
+@click.option("--python", "python", help="Python on the cluster's workers. [default: this one]")
+@click.pass_context
+def job_submit(
+    ctx: click.Context, /, jobmanager: str, savepoint: str | None, python: str | None, **opts: Any
+) -> None:
+    """Submit the drift job, its Python files and the Kafka connector jar to a running Flink
+    session cluster (detached) with the Flink CLI of the pyflink package; prints the job id."""
+    from anchorwatch.jobs import cluster, drift_job
+    from anchorwatch.jobs.settings import JobSettings
+    from anchorwatch.stack.jvm import fetch
+
+    settings = _load(ctx, JobSettings, job=opts)
+    artifacts, _ = fetch(settings.jvm.cache_dir)
+    job_id = cluster.submit(
+        jobmanager, artifacts.kafka_connector_jar(),
+        env={drift_job.SETTINGS_ENV: settings.model_dump_json()},
+        savepoint=savepoint, python=python, parallelism=settings.job.parallelism,
+    )  # fmt: skip
+    click.echo(job_id)
+
+
+@job.command("list")
+@click.option("--jobmanager", required=True, help="The session cluster's REST address, HOST:PORT.")
+def job_list(jobmanager: str) -> None:
+    """List the cluster's jobs: id, state, start time, name."""
+    from anchorwatch.jobs.cluster import FlinkRest
+
+    for j in FlinkRest(jobmanager).jobs():
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(j.start_time_ms / 1000))
+        click.echo(f"{j.job_id}  {j.state:<10} {started}  {j.name}")
+
+
+@job.command("cancel")
+@click.argument("job_id")
+@click.option("--jobmanager", required=True, help="The session cluster's REST address, HOST:PORT.")
+def job_cancel(job_id: str, jobmanager: str) -> None:
+    """Cancel JOB_ID without a savepoint."""
+    from anchorwatch.jobs.cluster import FlinkRest
+
+    FlinkRest(jobmanager).cancel(job_id)
+    click.echo(f"cancelling {job_id}")
+
+
+@job.command("savepoint")
+@click.argument("job_id")
+@click.option("--jobmanager", required=True, help="The session cluster's REST address, HOST:PORT.")
+@click.option("--dir", "target_dir", help="Savepoint directory URI. [default: the cluster's]")
+@click.option("--stop", is_flag=True, help="Stop the job once the savepoint is taken.")
+def job_savepoint(job_id: str, jobmanager: str, target_dir: str | None, stop: bool) -> None:
+    """Take a savepoint of JOB_ID (optionally stopping it) and print its location, which
+    `job submit --from-savepoint` resumes from."""
+    from anchorwatch.jobs.cluster import FlinkRest
+
+    click.echo(FlinkRest(jobmanager).savepoint(job_id, target_dir, stop=stop))
 
 
 # --------------------------------------------------------------------------- demo
@@ -436,9 +509,9 @@ def _demo_traffic_options(f: F) -> F:
 )
 @click.pass_context
 def demo(ctx: click.Context, /, keep: bool, **opts: Any) -> None:
-    """End to end on this machine: start Kafka, produce generated traffic, run the window
-    job on the embedded Flink mini-cluster, read the windows back and check them against
-    an independent computation. Exit 1 on any mismatch."""
+    """End to end on this machine: start Kafka, produce generated traffic, run the drift
+    job on the embedded Flink mini-cluster, read the verdicts back and check every window
+    figure against an independent computation. Exit 1 on any mismatch."""
     from anchorwatch import slice as flow
     from anchorwatch.generator import generate
     from anchorwatch.jobs.settings import JobSettings
@@ -465,14 +538,14 @@ def demo(ctx: click.Context, /, keep: bool, **opts: Any) -> None:
         )
         t = time.monotonic()
         artifacts = flow.fetch_artifacts(settings)
-        flow.run_window_job(settings, artifacts.kafka_connector_jar())
-        click.echo(f"[3/4] Flink window job finished in {time.monotonic() - t:.1f}s")
-        windows = flow.read_windows(settings)
-        expected = flow.expected_windows(accepted, settings.job.window_size_s * 1000)
-        result = flow.compare(expected, windows)
-        _print_windows(windows)
+        flow.run_drift_job(settings, artifacts.kafka_connector_jar())
+        click.echo(f"[3/4] Flink drift job finished in {time.monotonic() - t:.1f}s")
+        verdicts = flow.read_verdicts(settings)
+        expected = flow.reference_windows(accepted, settings.job.window_size_s * 1000)
+        result = flow.compare(expected, [v.window for v in verdicts])
+        _print_verdicts(verdicts)
         click.echo(
-            f"[4/4] {len(windows)} windows from Flink, {len(expected)} expected: "
+            f"[4/4] {len(verdicts)} verdicts from Flink, {len(expected)} windows expected: "
             f"{result.matched} exact, {len(result.missing)} missing, "
             f"{len(result.unexpected)} unexpected, {len(result.wrong)} wrong "
             f"(total {time.monotonic() - t0:.1f}s)"
@@ -487,19 +560,28 @@ def demo(ctx: click.Context, /, keep: bool, **opts: Any) -> None:
                 click.echo("stopped the stack this demo started")
 
 
-def _print_windows(windows: list[Any]) -> None:
+def _print_verdicts(verdicts: list[Any]) -> None:
     per_type: dict[str, list[Any]] = defaultdict(list)
-    for w in windows:
-        per_type[w.doc_type].append(w)
+    for v in verdicts:
+        per_type[v.window.doc_type].append(v)
     click.echo(
-        f"{'doc type':<28}{'windows':>8}{'requests':>10}{'mean drift':>12}{'max window':>12}"
+        f"{'doc type':<26}{'windows':>8}{'requests':>9}{'mean':>7}{'peak':>7}"
+        f"{'warn':>6}{'crit':>6}  diagnoses"
     )
     for doc_type in sorted(per_type):
-        ws = per_type[doc_type]
-        n = sum(w.request_count for w in ws)
-        mean = sum(w.mean_drift * w.request_count for w in ws) / n
-        peak = max(w.mean_drift for w in ws)
-        click.echo(f"{doc_type[:27]:<28}{len(ws):>8}{n:>10}{mean:>12.3f}{peak:>12.3f}")
+        vs = per_type[doc_type]
+        n = sum(v.window.request_count for v in vs)
+        mean = sum(v.window.mean_drift * v.window.request_count for v in vs) / n
+        peak = max(v.window.mean_drift for v in vs)
+        levels = [v.breach_level for v in vs]
+        codes = sorted(
+            {r.code for v in vs for r in v.reasons}
+            - {"static_rule", "above_threshold", "above_critical", "too_few_requests"}
+        )
+        click.echo(
+            f"{doc_type[:25]:<26}{len(vs):>8}{n:>9}{mean:>7.3f}{peak:>7.3f}"
+            f"{levels.count('warning'):>6}{levels.count('critical'):>6}  {', '.join(codes)}"
+        )
 
 
 # --------------------------------------------------------------------------- contracts

@@ -43,7 +43,14 @@ class KafkaSettings(Section):
         default_factory=dict,
         description=(
             "Extra Kafka client properties passed to every client, e.g. security.protocol, "
-            "sasl.mechanism, sasl.username, ssl.ca.location (JSON object in the environment)."
+            "sasl.mechanism, ssl.ca.location (JSON object in the environment)."
+        ),
+    )
+    java_properties: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Kafka properties for the JVM clients only (the Flink jobs), on top of "
+            "client_properties, e.g. sasl.jaas.config; JSON object in the environment."
         ),
     )
 

@@ -1,8 +1,8 @@
-"""The first end-to-end slice: generated traffic -> Kafka -> Flink windows -> Kafka.
+"""End to end on one machine: generated traffic -> Kafka -> the drift job -> verdicts.
 
-Used by `anchorwatch demo` and the integration tests. The expected result is computed
-independently, in plain Python, from the same generated events, so a run proves the
-plumbing by comparing Flink's windows with it.
+Used by `anchorwatch demo` and the integration tests. The expected windows are computed
+independently, in plain Python, from the same generated events, so a run proves the whole
+path by comparing the job's verdicts with them.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from anchorwatch.connectors.publisher import PublishStats, SnapshotPublisher
-from anchorwatch.contracts import SnapshotEvent, WindowAggregate, decode_window
+from anchorwatch.contracts import SnapshotEvent, Verdict, WindowAggregate, decode_verdict
 from anchorwatch.generator import Traffic
-from anchorwatch.jobs import window_counts
+from anchorwatch.jobs import drift_job
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config, read_topic
 from anchorwatch.settings import TopicSettings
@@ -29,25 +29,6 @@ from anchorwatch.stack.topics import ensure_topics
 log = logging.getLogger(__name__)
 
 WindowKey = tuple[str, int]  # (doc type, window start ms)
-
-
-@dataclass(frozen=True)
-class ExpectedWindow:
-    request_count: int
-    mean_drift: float
-
-
-def expected_windows(
-    events: Iterable[SnapshotEvent], window_size_ms: int
-) -> dict[WindowKey, ExpectedWindow]:
-    """Count and mean request drift per (doc type, tumbling window), the reference result."""
-    sums: dict[WindowKey, list[float]] = defaultdict(lambda: [0, 0.0])
-    for event in events:
-        start = event.event_time_ms - event.event_time_ms % window_size_ms
-        acc = sums[(event.doc_type, start)]
-        acc[0] += 1
-        acc[1] += event.mean_drift
-    return {k: ExpectedWindow(int(n), total / n) for k, (n, total) in sums.items()}
 
 
 def run_scoped_topics(base: TopicSettings, run_id: str) -> TopicSettings:
@@ -74,12 +55,54 @@ def publish_traffic(
     return publisher.flush(), accepted
 
 
-def read_windows(settings: JobSettings) -> list[WindowAggregate]:
+def read_verdicts(settings: JobSettings) -> list[Verdict]:
     return [
-        decode_window(m.value)
-        for m in read_topic(settings.kafka, settings.topics.windows)
+        decode_verdict(m.value)
+        for m in read_topic(settings.kafka, settings.topics.verdicts)
         if m.value is not None
     ]
+
+
+def reference_windows(
+    events: Iterable[SnapshotEvent], window_size_ms: int
+) -> dict[WindowKey, WindowAggregate]:
+    """Every figure the job computes per window, computed the plain way."""
+    groups: dict[WindowKey, list[SnapshotEvent]] = defaultdict(list)
+    for event in events:
+        groups[(event.doc_type, event.event_time_ms - event.event_time_ms % window_size_ms)].append(
+            event
+        )
+    out = {}
+    for (doc_type, start), group in groups.items():
+        n = len(group)
+        drifts = [e.mean_drift for e in group]
+        mean = sum(drifts) / n
+        anchors = sum(e.anchor_count for e in group)
+        out[(doc_type, start)] = WindowAggregate(
+            doc_type=doc_type,
+            window_start_ms=start,
+            window_end_ms=start + window_size_ms,
+            request_count=n,
+            mean_drift=mean,
+            max_drift=max(drifts),
+            p95_drift=percentile([round(d, 3) for d in drifts], 0.95),
+            stddev_drift=(sum((d - mean) ** 2 for d in drifts) / n) ** 0.5,
+            anchor_count=anchors,
+            disabled_share=sum(e.snapshot_status == "disabled" for e in group) / n,
+            zero_anchor_share=sum(e.anchor_count == 0 for e in group) / n,
+            resample_share=sum(e.resample_count for e in group) / anchors if anchors else None,
+            mean_kl_divergence=sum(e.max_kl_divergence for e in group) / n,
+        )
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks, as Flink's PERCENTILE does."""
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 @dataclass(frozen=True)
@@ -87,14 +110,34 @@ class Comparison:
     matched: int
     missing: list[WindowKey]
     unexpected: list[WindowKey]
-    wrong: list[tuple[WindowKey, ExpectedWindow, WindowAggregate]]
+    wrong: list[tuple[WindowKey, str]]  # (window, what differs)
 
     @property
     def ok(self) -> bool:
         return not (self.missing or self.unexpected or self.wrong)
 
 
-def compare(expected: dict[WindowKey, ExpectedWindow], actual: list[WindowAggregate]) -> Comparison:
+# p95 is taken over drift rounded to 0.001 (see the job), so it may differ by a rounding step.
+_TOLERANCE = {"p95_drift": 1.001e-3}
+
+
+def differences(expected: WindowAggregate, actual: WindowAggregate) -> list[str]:
+    """Figures of ``actual`` that differ from ``expected`` (late_count is not compared)."""
+    out = []
+    for name in WindowAggregate.model_fields:
+        want, got = getattr(expected, name), getattr(actual, name)
+        if name == "late_count" or want == got:
+            continue
+        close = isinstance(want, float) and isinstance(got, float)
+        if close and abs(want - got) <= _TOLERANCE.get(name, 1e-9):
+            continue
+        out.append(f"{name}: expected {want!r}, got {got!r}")
+    return out
+
+
+def compare(
+    expected: dict[WindowKey, WindowAggregate], actual: list[WindowAggregate]
+) -> Comparison:
     seen: dict[WindowKey, WindowAggregate] = {}
     duplicates = []
     for w in actual:
@@ -103,13 +146,9 @@ def compare(expected: dict[WindowKey, ExpectedWindow], actual: list[WindowAggreg
             duplicates.append(key)
         seen[key] = w
     wrong = [
-        (k, expected[k], w)
+        (k, "; ".join(diff))
         for k, w in seen.items()
-        if k in expected
-        and (
-            w.request_count != expected[k].request_count
-            or abs(w.mean_drift - expected[k].mean_drift) > 1e-9
-        )
+        if k in expected and (diff := differences(expected[k], w))
     ]
     return Comparison(
         matched=sum(1 for k in seen if k in expected) - len(wrong),
@@ -119,9 +158,9 @@ def compare(expected: dict[WindowKey, ExpectedWindow], actual: list[WindowAggreg
     )
 
 
-def run_window_job(settings: JobSettings, connector_jar: Path) -> None:
-    """Run the window job on the local mini-cluster over what the topic holds now."""
-    window_counts.run(settings, connector_jar, bounded=True).wait()
+def run_drift_job(settings: JobSettings, connector_jar: Path) -> None:
+    """Run the drift job on the local mini-cluster over what the topics hold now."""
+    drift_job.run(settings, connector_jar, bounded=True).wait()
 
 
 def create_topics(settings: JobSettings) -> None:

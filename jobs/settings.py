@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from anchorwatch.settings import Section, ServiceSettings
 
@@ -22,6 +23,51 @@ class JobOptions(Section):
     startup_mode: Literal["earliest-offset", "latest-offset", "group-offsets"] = Field(
         "group-offsets", description="Where a job without state starts reading the snapshots."
     )
+    checkpoint_interval_s: int = Field(
+        30, ge=1, description="Checkpoint interval (also how often consumer offsets commit)."
+    )
+    checkpoint_dir: str | None = Field(
+        None,
+        description="Checkpoint storage URI (file://, s3://...); unset: the cluster's default.",
+    )
+    audit_unparsable: bool = Field(
+        True,
+        description="Also read the topic raw to dead-letter records that are not JSON objects.",
+    )
+    late_report_s: int = Field(
+        10, ge=1, description="How often late events are tallied per doc type (processing time)."
+    )
+    static_threshold: float = Field(
+        0.85, ge=0, le=1, description="Static rule for types without a baseline: warning above."
+    )
+    static_critical_threshold: float = Field(
+        0.9, ge=0, le=1, description="Static rule: critical above this window mean."
+    )
+    static_min_requests: int = Field(
+        6, ge=1, description="Static rule: fewest requests a window needs to breach."
+    )
+    quality_zero_anchor_share: float = Field(
+        0.2, ge=0, le=1, description="Diagnose 'no anchors' above this share of requests."
+    )
+    quality_disabled_share: float = Field(
+        0.2, ge=0, le=1, description="Diagnose 'snapshot disabled' above this share of requests."
+    )
+    quality_resample_share: float = Field(
+        0.3, ge=0, le=1, description="Diagnose a 're-sample' burst above this share of anchors."
+    )
+    quality_mean_kl_divergence: float = Field(
+        1.0, ge=0, description="Diagnose a kl_divergence spike above this window mean."
+    )
+    python_executable: Path | None = Field(
+        None,
+        description="Python the Flink workers run the per-window code with; unset: this one.",
+    )
+
+    @model_validator(mode="after")
+    def _static_ordered(self) -> JobOptions:
+        if self.static_critical_threshold < self.static_threshold:
+            raise ValueError("static_critical_threshold: must not be below static_threshold")
+        return self
 
 
 class JobSettings(ServiceSettings):

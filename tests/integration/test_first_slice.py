@@ -1,4 +1,4 @@
-"""Generated traffic -> real Kafka -> PyFlink window job on the mini-cluster -> Kafka."""
+"""Generated traffic -> real Kafka -> the drift job on the Flink mini-cluster -> verdicts."""
 
 from __future__ import annotations
 
@@ -62,9 +62,9 @@ def test_windows_match_an_independent_computation_exactly(
         partitions.setdefault(m.key, set()).add(m.partition)
     assert all(len(p) == 1 for p in partitions.values())
 
-    flow.run_window_job(job_settings, flow.fetch_artifacts(job_settings).kafka_connector_jar())
-    windows = flow.read_windows(job_settings)
-    expected = flow.expected_windows(accepted, 60_000)
+    flow.run_drift_job(job_settings, flow.fetch_artifacts(job_settings).kafka_connector_jar())
+    windows = [v.window for v in flow.read_verdicts(job_settings)]
+    expected = flow.reference_windows(accepted, 60_000)
     result = flow.compare(expected, windows)
     assert result.ok, result
     assert result.matched == len(expected) == len(windows)

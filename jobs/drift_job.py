@@ -1,0 +1,447 @@
+"""The drift job: per doc type, one-minute event-time windows judged against baselines.
+
+    snapshots (Kafka, JSON) --SQL, per event, in the JVM-------------------------------.
+      on time  -> tumbling event-time windows per doc type: count, mean, max, p95,       |
+                  stddev, anchors, data-quality shares, mean KL                          |
+      late     -> tallied per doc type every `late_report_s` (processing time)           |
+      invalid  -> dead-letter topic (field and reason named; partition and offset kept)  |
+    baselines (compacted Kafka topic) ------------------------------------------------.  |
+                                                                                      v  v
+      Python, per window (not per event): keyed by doc type, keeps the latest baseline,
+      judges the window with anchorwatch.policy.window.judge_window -> verdicts (Kafka)
+
+Late events are not dropped silently: an event is late when the watermark has passed it
+(`CURRENT_WATERMARK`), which is exactly when the window operator would drop it; such events
+are counted and reported in the next verdict of their doc type (`window.late_count`).
+
+Delivery: Kafka sinks are at-least-once. Verdict ids are deterministic (doc type, window
+start, job version), so consumers deduplicate; exactly-once sinks would hold every verdict
+back until the next checkpoint completes, adding up to `checkpoint_interval_s` of latency
+to every alert.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pyflink.common import Row, Types
+from pyflink.datastream import StreamExecutionEnvironment
+from pyflink.datastream.functions import KeyedCoProcessFunction, RuntimeContext
+from pyflink.datastream.state import ValueStateDescriptor
+from pyflink.table import (
+    DataTypes,
+    Schema,
+    StatementSet,
+    StreamTableEnvironment,
+    TableDescriptor,
+)
+
+from anchorwatch.contracts import (
+    ContractError,
+    Verdict,
+    WindowAggregate,
+    decode_baseline,
+    encode,
+    verdict_id,
+)
+from anchorwatch.jobs.settings import JobSettings
+from anchorwatch.policy.window import QualityLimits, StaticRule, judge_window
+
+log = logging.getLogger(__name__)
+
+#: Part of every verdict id: bump when a change alters verdicts for the same input.
+JOB_VERSION = "1"
+
+SNAPSHOTS = "snapshots"
+SNAPSHOTS_RAW = "snapshots_raw"
+BASELINES = "baselines"
+VERDICTS = "verdicts"
+DEAD_LETTER = "dead_letter"
+
+# Window figures handed from SQL to the per-window Python code, in this order.
+WINDOW_FIELDS = (
+    "doc_type", "kind", "window_start_ms", "window_end_ms", "request_count", "mean_drift",
+    "max_drift", "p95_drift", "stddev_drift", "anchor_count", "disabled_share",
+    "zero_anchor_share", "resample_share", "mean_kl_divergence",
+)  # fmt: skip
+
+
+def create_environment(
+    settings: JobSettings, connector_jar: Path | None
+) -> tuple[StreamExecutionEnvironment, StreamTableEnvironment]:
+    """Environment for the local mini-cluster, or (when the Flink CLI runs this module) for
+    the cluster it submits to. ``connector_jar`` is None when the CLI ships the jar."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    if connector_jar is not None:
+        # Before the table environment exists, so its planner's class loader sees the jar.
+        env.add_jars(connector_jar.resolve().as_uri())
+    t_env = StreamTableEnvironment.create(env)
+    o = settings.job
+    config = t_env.get_config()
+    python = str(o.python_executable or sys.executable)
+    config.set("python.executable", python)
+    config.set("python.client.executable", python)
+    config.set("parallelism.default", str(o.parallelism))
+    config.set("table.local-time-zone", "UTC")
+    config.set("table.exec.source.idle-timeout", f"{o.idle_timeout_s} s")
+    config.set("pipeline.name", "anchorwatch-drift")
+    config.set("execution.checkpointing.interval", f"{o.checkpoint_interval_s} s")
+    config.set("execution.checkpointing.mode", "EXACTLY_ONCE")
+    if o.checkpoint_dir:
+        config.set("execution.checkpointing.dir", o.checkpoint_dir)
+    return env, t_env
+
+
+def _kafka(settings: JobSettings) -> dict[str, str]:
+    props = {"properties.bootstrap.servers": settings.kafka.bootstrap_servers}
+    merged = {**settings.kafka.client_properties, **settings.kafka.java_properties}
+    props.update({f"properties.{k}": v for k, v in merged.items()})
+    return props
+
+
+def _with(descriptor: Any, options: dict[str, str]) -> Any:
+    for key, value in options.items():
+        descriptor = descriptor.option(key, value)
+    return descriptor
+
+
+def declare_tables(t_env: StreamTableEnvironment, settings: JobSettings, *, bounded: bool) -> None:
+    o, topics = settings.job, settings.topics
+    start = "earliest-offset" if bounded else o.startup_mode
+    bound = {"scan.bounded.mode": "latest-offset"} if bounded else {}
+    delay_s = o.watermark_delay_ms / 1000
+    snapshots = (
+        TableDescriptor.for_connector("kafka")
+        .schema(
+            Schema.new_builder()
+            .column("event_id", DataTypes.STRING())
+            .column("event_time_ms", DataTypes.BIGINT())
+            .column("doc_type", DataTypes.STRING())
+            .column("snapshot_status", DataTypes.STRING())
+            .column("anchor_count", DataTypes.INT())
+            .column("mean_drift", DataTypes.DOUBLE())
+            .column("max_drift", DataTypes.DOUBLE())
+            .column("max_kl_divergence", DataTypes.DOUBLE())
+            .column("resample_count", DataTypes.INT())
+            .column_by_metadata("kafka_partition", DataTypes.INT(), "partition", True)
+            .column_by_metadata("kafka_offset", DataTypes.BIGINT(), "offset", True)
+            .column_by_expression("event_time", "TO_TIMESTAMP_LTZ(event_time_ms, 3)")
+            .column_by_expression("proc_time", "PROCTIME()")
+            # A validated number, not user text, goes into this expression.
+            .watermark("event_time", f"event_time - INTERVAL '{delay_s:.3f}' SECOND")
+            .build()
+        )
+        .option("topic", topics.snapshots)
+        .option("properties.group.id", o.group_id)
+        .option("scan.startup.mode", start)
+        .option("properties.auto.offset.reset", "earliest")
+        .option("format", "json")
+        # A field of the wrong type becomes NULL and is dead-lettered below, naming it,
+        # instead of failing the job.
+        .option("json.ignore-parse-errors", "true")
+    )
+    t_env.create_temporary_table(SNAPSHOTS, _with(snapshots, {**_kafka(settings), **bound}).build())
+
+    if o.audit_unparsable:
+        raw = (
+            TableDescriptor.for_connector("kafka")
+            .schema(
+                Schema.new_builder()
+                .column("payload", DataTypes.STRING())
+                .column_by_metadata("kafka_partition", DataTypes.INT(), "partition", True)
+                .column_by_metadata("kafka_offset", DataTypes.BIGINT(), "offset", True)
+                .build()
+            )
+            .option("topic", topics.snapshots)
+            .option("properties.group.id", f"{o.group_id}-audit")
+            .option("scan.startup.mode", start)
+            .option("properties.auto.offset.reset", "earliest")
+            .option("format", "raw")
+        )
+        t_env.create_temporary_table(
+            SNAPSHOTS_RAW, _with(raw, {**_kafka(settings), **bound}).build()
+        )
+
+    baselines = (
+        TableDescriptor.for_connector("kafka")
+        .schema(Schema.new_builder().column("baseline", DataTypes.STRING()).build())
+        .option("topic", topics.baselines)
+        .option("properties.group.id", f"{o.group_id}-baselines")
+        .option("scan.startup.mode", "earliest-offset")
+        .option("format", "raw")
+    )
+    t_env.create_temporary_table(BASELINES, _with(baselines, {**_kafka(settings), **bound}).build())
+
+    def keyed_sink(topic: str, value_column: str) -> Any:
+        return (
+            TableDescriptor.for_connector("kafka")
+            .schema(
+                Schema.new_builder()
+                .column("doc_type", DataTypes.STRING())
+                .column(value_column, DataTypes.STRING())
+                .build()
+            )
+            .option("topic", topic)
+            .option("key.format", "raw")
+            .option("key.fields", "doc_type")
+            .option("value.format", "raw")
+            .option("value.fields-include", "EXCEPT_KEY")
+            .option("sink.delivery-guarantee", "at-least-once")
+        )
+
+    t_env.create_temporary_table(
+        VERDICTS, _with(keyed_sink(topics.verdicts, "verdict"), _kafka(settings)).build()
+    )
+    t_env.create_temporary_table(
+        DEAD_LETTER, _with(keyed_sink(topics.dead_letter, "letter"), _kafka(settings)).build()
+    )
+
+
+# Every check a record must pass, as (field, reason, SQL that is TRUE when it fails).
+# The connectors validate fully; this guards the job against other producers of the topic.
+_CHECKS = (
+    ("event_id", "required field is missing or not a string", "event_id IS NULL"),
+    ("event_time_ms", "required field is missing or not an integer", "event_time_ms IS NULL"),
+    ("doc_type", "required field is missing or empty", "doc_type IS NULL OR doc_type = ''"),
+    ("snapshot_status", "must be 'active' or 'disabled'",
+     "snapshot_status IS NULL OR snapshot_status NOT IN ('active', 'disabled')"),
+    ("anchor_count", "required, a non-negative integer",
+     "anchor_count IS NULL OR anchor_count < 0"),
+    ("mean_drift", "required, between 0 and 1",
+     "mean_drift IS NULL OR mean_drift < 0 OR mean_drift > 1"),
+)  # fmt: skip
+
+
+def _invalid_condition() -> str:
+    return " OR ".join(f"({cond})" for _, _, cond in _CHECKS)
+
+
+def _reason_expression() -> str:
+    def literal(text: str) -> str:
+        return "'" + text.replace("'", "''") + "'"
+
+    cases = " ".join(
+        f"WHEN {cond} THEN {literal(f'{field}: {reason}')}" for field, reason, cond in _CHECKS
+    )
+    return f"CASE {cases} END"
+
+
+def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
+    """Wire the whole job into one statement set (tables must be declared first)."""
+    o = settings.job
+    size_ms = o.window_size_s * 1000
+    valid = f"NOT ({_invalid_condition()})"
+    # Only validated integers and constant text are interpolated into the SQL below.
+    # On time: the watermark has not passed the event, so the window operator will count it.
+    on_time = "CURRENT_WATERMARK(event_time) IS NULL OR event_time > CURRENT_WATERMARK(event_time)"
+    query = f"SELECT * FROM {SNAPSHOTS} WHERE {valid} AND ({on_time})"  # noqa: S608
+    t_env.create_temporary_view("on_time", t_env.sql_query(query))
+    windows = t_env.sql_query(
+        f"""
+        SELECT
+          doc_type,
+          CAST('window' AS STRING) AS kind,
+          MIN(event_time_ms - MOD(event_time_ms, {size_ms})) AS window_start_ms,
+          MIN(event_time_ms - MOD(event_time_ms, {size_ms})) + {size_ms} AS window_end_ms,
+          COUNT(*) AS request_count,
+          AVG(mean_drift) AS mean_drift,
+          MAX(mean_drift) AS max_drift,
+          -- Exact percentile of drift rounded to 0.001: bounds the state to 1,001 values.
+          PERCENTILE(ROUND(mean_drift, 3), 0.95) AS p95_drift,
+          STDDEV_POP(mean_drift) AS stddev_drift,
+          SUM(CAST(anchor_count AS BIGINT)) AS anchor_count,
+          AVG(CASE WHEN snapshot_status = 'disabled' THEN 1E0 ELSE 0E0 END) AS disabled_share,
+          AVG(CASE WHEN anchor_count = 0 THEN 1E0 ELSE 0E0 END) AS zero_anchor_share,
+          CAST(SUM(COALESCE(resample_count, 0)) AS DOUBLE)
+            / NULLIF(SUM(CAST(anchor_count AS BIGINT)), 0) AS resample_share,
+          AVG(COALESCE(max_kl_divergence, 0.0)) AS mean_kl_divergence
+        FROM TABLE(
+          TUMBLE(TABLE on_time, DESCRIPTOR(event_time), INTERVAL '{o.window_size_s}' SECOND))
+        GROUP BY doc_type, window_start, window_end
+        """  # noqa: S608
+    )
+    late = t_env.sql_query(
+        f"""
+        SELECT
+          doc_type,
+          CAST('late' AS STRING) AS kind,
+          CAST(NULL AS BIGINT) AS window_start_ms,
+          CAST(NULL AS BIGINT) AS window_end_ms,
+          COUNT(*) AS request_count,
+          {", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in _NULL_FIGURES)}
+        FROM TABLE(
+          TUMBLE(
+            (SELECT * FROM {SNAPSHOTS}
+             WHERE {valid} AND event_time <= CURRENT_WATERMARK(event_time)),
+            DESCRIPTOR(proc_time), INTERVAL '{o.late_report_s}' SECOND))
+        GROUP BY doc_type, window_start, window_end
+        """  # noqa: S608
+    )
+    statements = t_env.create_statement_set()
+    statements.add_insert_sql(
+        f"""
+        INSERT INTO {DEAD_LETTER}
+        SELECT doc_type, JSON_OBJECT(
+          KEY 'raw' VALUE JSON_STRING(JSON_OBJECT(
+            KEY 'event_id' VALUE event_id, KEY 'event_time_ms' VALUE event_time_ms,
+            KEY 'doc_type' VALUE doc_type, KEY 'snapshot_status' VALUE snapshot_status,
+            KEY 'anchor_count' VALUE anchor_count, KEY 'mean_drift' VALUE mean_drift)),
+          KEY 'reason' VALUE {_reason_expression()},
+          KEY 'field' VALUE SPLIT_INDEX({_reason_expression()}, ':', 0),
+          KEY 'source' VALUE CONCAT('drift-job:', '{settings.topics.snapshots}', '/',
+                                    CAST(kafka_partition AS STRING), '@',
+                                    CAST(kafka_offset AS STRING)),
+          KEY 'rejected_at_ms' VALUE UNIX_TIMESTAMP() * 1000)
+        FROM {SNAPSHOTS}
+        WHERE NOT ({valid})
+        """  # noqa: S608
+    )
+    if o.audit_unparsable:
+        # The JSON format skips a record that is not a JSON object at all; this second
+        # reader of the topic catches exactly those and dead-letters them with their bytes.
+        statements.add_insert_sql(
+            f"""
+            INSERT INTO {DEAD_LETTER}
+            SELECT CAST(NULL AS STRING), JSON_OBJECT(
+              KEY 'raw' VALUE payload,
+              KEY 'reason' VALUE '$: not a JSON object',
+              KEY 'field' VALUE '$',
+              KEY 'source' VALUE CONCAT('drift-job:', '{settings.topics.snapshots}', '/',
+                                        CAST(kafka_partition AS STRING), '@',
+                                        CAST(kafka_offset AS STRING)),
+              KEY 'rejected_at_ms' VALUE UNIX_TIMESTAMP() * 1000)
+            FROM {SNAPSHOTS_RAW}
+            WHERE payload IS NULL OR NOT (payload IS JSON OBJECT)
+            """  # noqa: S608
+        )
+    figures = windows.union_all(late)
+    judge = JudgeWindows(
+        JOB_VERSION,
+        StaticRule(o.static_threshold, o.static_critical_threshold, o.static_min_requests),
+        QualityLimits(o.quality_zero_anchor_share, o.quality_disabled_share,
+                      o.quality_resample_share, o.quality_mean_kl_divergence),
+    )  # fmt: skip
+    baselines = t_env.to_data_stream(t_env.from_path(BASELINES))
+    verdicts = (
+        t_env.to_data_stream(figures)
+        .key_by(lambda row: row[0], key_type=Types.STRING())
+        .connect(baselines.key_by(_baseline_key, key_type=Types.STRING()))
+        .process(judge, output_type=Types.ROW_NAMED(["doc_type", "verdict"],
+                                                    [Types.STRING(), Types.STRING()]))
+        .name("judge windows")
+    )  # fmt: skip
+    statements.add_insert(VERDICTS, t_env.from_data_stream(verdicts))
+    return statements
+
+
+_NULL_FIGURES = (
+    ("mean_drift", "DOUBLE"), ("max_drift", "DOUBLE"), ("p95_drift", "DOUBLE"),
+    ("stddev_drift", "DOUBLE"), ("anchor_count", "BIGINT"), ("disabled_share", "DOUBLE"),
+    ("zero_anchor_share", "DOUBLE"), ("resample_share", "DOUBLE"),
+    ("mean_kl_divergence", "DOUBLE"),
+)  # fmt: skip
+
+
+def _baseline_key(row: Row) -> str:
+    try:
+        return decode_baseline(row[0] or b"").doc_type
+    except ContractError:
+        # Unusable baselines all land on one key, where process_element2 logs and drops them.
+        return ""
+
+
+class JudgeWindows(KeyedCoProcessFunction):  # type: ignore[misc]
+    """Per doc type: remembers the latest baseline and the late events not yet reported,
+    and turns each closed window into a verdict. Runs once per window, not per event."""
+
+    def __init__(self, job_version: str, static: StaticRule, quality: QualityLimits) -> None:
+        self.job_version = job_version
+        self.static = static
+        self.quality = quality
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.baseline = runtime_context.get_state(ValueStateDescriptor("baseline", Types.STRING()))
+        self.late = runtime_context.get_state(ValueStateDescriptor("late", Types.LONG()))
+
+    def process_element1(self, row: Row, ctx: KeyedCoProcessFunction.Context) -> Iterator[Row]:
+        figures = dict(zip(WINDOW_FIELDS, row, strict=True))
+        doc_type, kind = figures.pop("doc_type"), figures.pop("kind")
+        if kind == "late":
+            self.late.update((self.late.value() or 0) + figures["request_count"])
+            return
+        late = self.late.value() or 0
+        self.late.clear()
+        window = WindowAggregate(
+            doc_type=doc_type,
+            late_count=late,
+            **{k: v for k, v in figures.items() if v is not None},
+        )
+        stored = self.baseline.value()
+        baseline = decode_baseline(stored) if stored else None
+        j = judge_window(window, baseline, self.static, self.quality)
+        verdict = Verdict(
+            verdict_id=verdict_id(doc_type, window.window_start_ms, self.job_version),
+            job_version=self.job_version,
+            window=window,
+            rule=j.rule,
+            baseline_version=j.baseline_version,
+            threshold=j.threshold,
+            critical_threshold=j.critical_threshold,
+            min_requests=j.min_requests,
+            breach_level=j.breach_level,
+            reasons=j.reasons,
+        )
+        yield Row(doc_type, encode(verdict).decode())
+
+    def process_element2(self, row: Row, ctx: KeyedCoProcessFunction.Context) -> Iterator[Row]:
+        raw = row[0] or ""
+        try:
+            baseline = decode_baseline(raw)
+        except ContractError as exc:
+            log.error("ignoring an invalid baseline record", extra={"error": str(exc)})
+            return
+        stored = self.baseline.value()
+        # Compaction and replays can deliver an older baseline after a newer one.
+        if stored is None or decode_baseline(stored).fitted_at_ms <= baseline.fitted_at_ms:
+            self.baseline.update(raw)
+        yield from ()
+
+
+def run(
+    settings: JobSettings, connector_jar: Path, *, bounded: bool, savepoint: str | None = None
+) -> Any:
+    """Run on the local mini-cluster; ``bounded`` stops at the current end of the topics.
+    Returns the TableResult (``.wait()`` blocks until a bounded run is done)."""
+    _, t_env = create_environment(settings, connector_jar)
+    if savepoint:
+        t_env.get_config().set("execution.state-recovery.path", savepoint)
+    declare_tables(t_env, settings, bounded=bounded)
+    return build(t_env, settings).execute()
+
+
+#: `anchorwatch job submit` hands its validated settings to this module through this variable.
+SETTINGS_ENV = "ANCHORWATCH_JOB_SETTINGS_JSON"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point when the Flink CLI runs this module (``anchorwatch job submit``): settings
+    come from SETTINGS_ENV or, when run by hand, the environment / ANCHORWATCH_CONFIG; the
+    connector jar from the CLI's ``--jarfile``."""
+    import os
+
+    from anchorwatch import logs
+
+    logs.configure()
+    handed = os.environ.get(SETTINGS_ENV)
+    settings = JobSettings.model_validate_json(handed) if handed else JobSettings.load()
+    _, t_env = create_environment(settings, connector_jar=None)
+    declare_tables(t_env, settings, bounded="--bounded" in (argv or sys.argv[1:]))
+    build(t_env, settings).execute()
+
+
+if __name__ == "__main__":
+    main()
