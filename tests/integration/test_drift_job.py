@@ -1,0 +1,236 @@
+"""The drift job in event time against the real broker: exact windows and verdicts with
+out-of-order, late and invalid records and idle partitions; baselines taking effect
+mid-stream; submission to a real session cluster and a restart from a savepoint."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from anchorwatch import slice as flow
+from anchorwatch.connectors.publisher import SnapshotPublisher
+from anchorwatch.contracts import (
+    AnchorSnapshot,
+    Baseline,
+    DeadLetter,
+    SnapshotEvent,
+    Verdict,
+    decode,
+    encode,
+    verdict_id,
+)
+from anchorwatch.jobs import cluster, drift_job
+from anchorwatch.jobs.settings import JobSettings
+from anchorwatch.kafkaio import read_topic
+from anchorwatch.stack.stack import Stack
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+T0 = 1_764_403_200_000
+MIN = 60_000
+
+
+def event(doc: str, t: int, drift: float, n: int = 0) -> SnapshotEvent:
+    anchor = AnchorSnapshot(
+        anchor_id="SECTION_001",
+        position=10,
+        l2_norm=4.0,
+        cosine_angle=0.99,
+        kl_divergence=0.05,
+        drift_score=drift,
+        recommendation="none",
+    )
+    return SnapshotEvent(event_id=f"{doc}-{t}-{n}", event_time_ms=t, doc_type=doc,
+                         snapshot_status="active", anchor_count=1, anchors=[anchor])  # fmt: skip
+
+
+def minute(doc: str, m: int, drifts: list[float], *, jitter: int = 0) -> list[SnapshotEvent]:
+    """Events spread over minute ``m``; ``jitter`` reorders them (within the watermark delay)."""
+    out = [event(doc, T0 + m * MIN + 1_000 + i * 1_000, d, i) for i, d in enumerate(drifts)]
+    return out[::-1] if jitter else out
+
+
+def publish(settings: JobSettings, events: list[SnapshotEvent]) -> None:
+    publisher = SnapshotPublisher(settings.kafka, settings.topics, source="test")
+    for e in events:
+        publisher.publish(e)
+    publisher.flush()
+
+
+def publish_baseline(settings: JobSettings, baseline: Baseline) -> None:
+    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    producer.produce(settings.topics.baselines, encode(baseline), baseline.doc_type.encode())
+    assert producer.flush(10) == 0
+
+
+def baseline(doc: str, version: str, threshold: float, fitted_at: int) -> Baseline:
+    return Baseline(doc_type=doc, version=version, status="fitted", fitted_at_ms=fitted_at,
+                    history_start_ms=T0 - 86_400_000, history_end_ms=T0, window_count=1440,
+                    center=threshold - 0.1, spread=0.02, p95=threshold - 0.05,
+                    p99=threshold - 0.02, typical_request_count=10, threshold=threshold,
+                    critical_threshold=min(1.0, threshold + 0.1), min_requests=2)  # fmt: skip
+
+
+def wait_for(
+    settings: JobSettings, done: Callable[[list[Verdict]], bool], timeout_s: float = 120
+) -> list[Verdict]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        verdicts = flow.read_verdicts(settings)
+        if done(verdicts):
+            return verdicts
+        if time.monotonic() > deadline:
+            got = sorted((v.window.doc_type, v.window.window_start_ms) for v in verdicts)
+            raise AssertionError(f"timed out; verdicts so far: {got}")
+        time.sleep(1)
+
+
+def windows_of(verdicts: list[Verdict], doc: str) -> dict[int, Verdict]:
+    return {v.window.window_start_ms: v for v in verdicts if v.window.doc_type == doc}
+
+
+def has(doc: str, *minutes: int) -> Callable[[list[Verdict]], bool]:
+    return lambda vs: all(T0 + m * MIN in windows_of(vs, doc) for m in minutes)
+
+
+@pytest.fixture
+def streaming(job_settings: JobSettings) -> Iterator[Callable[..., Any]]:
+    """Start the drift job unbounded on the mini-cluster; cancelled at the end of the test."""
+    results = []
+
+    def start(**job: Any) -> JobSettings:
+        settings = job_settings.model_copy(update={"job": job_settings.job.model_copy(update={
+            "watermark_delay_ms": 5_000, "idle_timeout_s": 2, "late_report_s": 1,
+            "checkpoint_interval_s": 5, "startup_mode": "earliest-offset", **job})})  # fmt: skip
+        jar = flow.fetch_artifacts(settings).kafka_connector_jar()
+        results.append(drift_job.run(settings, jar, bounded=False))
+        return settings
+
+    yield start
+    for result in results:
+        result.get_job_client().cancel().result()
+
+
+def test_exact_windows_with_disorder_late_invalid_and_idle_partitions(
+    streaming: Callable[..., JobSettings],
+) -> None:
+    settings = streaming()
+    busy = [e for m in range(3) for e in minute("invoice", m, [0.2, 0.4, 0.6, 0.3], jitter=m)]
+    opener = event("invoice", T0 + 3 * MIN + 6_000, 0.1, 99)  # moves the watermark to 3:01
+    # "radiology" stops after minute 1; its partition goes idle, its windows must still close.
+    quiet = minute("radiology", 0, [0.7, 0.9]) + minute("radiology", 1, [0.5])
+    publish(settings, [*busy, *quiet, opener])
+    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    producer.produce(settings.topics.snapshots, b"{not json", b"invoice")
+    producer.produce(settings.topics.snapshots, b'{"event_id": "x", "event_time_ms": "soon",'
+                     b' "doc_type": "invoice"}', b"invoice")  # fmt: skip
+    assert producer.flush(10) == 0
+    first = wait_for(
+        settings, lambda vs: has("invoice", 0, 1, 2)(vs) and has("radiology", 0, 1)(vs)
+    )
+
+    # The watermark has passed minute 2: these two are late, for windows already judged.
+    late = [event("invoice", T0 + 10_000, 0.99, 1000), event("invoice", T0 + MIN + 10, 0.99, 1001)]
+    publish(settings, late)
+    time.sleep(4)  # let the late tally (every second, processing time) reach the judge
+    # After the watermark (3:01), still inside window 3, then a tick to close it.
+    more = [event("invoice", T0 + 3 * MIN + 10_000 + i, 0.5, i) for i in (1, 2)]
+    more.append(event("invoice", T0 + 5 * MIN, 0.1, 98))
+    publish(settings, more)
+    verdicts = wait_for(settings, has("invoice", 3))
+
+    on_time = [*busy, *quiet, opener, *more[:-1]]
+    expected = flow.reference_windows(on_time, MIN)
+    closed = {k: w for k, w in expected.items() if k[1] <= T0 + 3 * MIN}
+    result = flow.compare(closed, [v.window for v in verdicts])
+    assert result.ok, result
+    assert len(verdicts) == len(closed) == 6
+    # Late events are counted, never silently dropped: in the first verdict after them.
+    assert sum(v.window.late_count or 0 for v in verdicts) == len(late)
+    assert windows_of(verdicts, "invoice")[T0 + 3 * MIN].window.late_count == len(late)
+    assert all(v.window.late_count == 0 for v in first)
+    # Deterministic ids: doc type, window start, job version.
+    v0 = windows_of(verdicts, "radiology")[T0]
+    assert v0.verdict_id == verdict_id("radiology", T0, drift_job.JOB_VERSION)
+    assert (v0.rule, v0.threshold, v0.min_requests, v0.breach_level) == ("static", 0.85, 6, "none")
+
+    letters = [decode(DeadLetter, m.value or b"")
+               for m in read_topic(settings.kafka, settings.topics.dead_letter)]  # fmt: skip
+    assert sorted((dl.field, dl.raw[:9]) for dl in letters) == [
+        ("$", "{not json"),
+        ("event_time_ms", '{"anchor_'),
+    ]
+    assert all(dl.source.startswith(f"drift-job:{settings.topics.snapshots}/") for dl in letters)
+
+
+def test_baselines_fallback_and_update_mid_stream(streaming: Callable[..., JobSettings]) -> None:
+    settings = streaming()
+    doc = "purchase_contract"
+
+    def step(m: int) -> list[Verdict]:
+        publish(
+            settings,
+            [*minute(doc, m, [0.5, 0.5, 0.5]), event("tick", T0 + (m + 1) * MIN + 6000, 0.1, m)],
+        )
+        return wait_for(settings, has(doc, m))
+
+    v = windows_of(step(0), doc)[T0]
+    assert (v.rule, v.breach_level, v.baseline_version) == ("static", "none", None)
+
+    publish_baseline(settings, baseline(doc, "b1", threshold=0.3, fitted_at=T0))
+    time.sleep(3)  # the baseline reaches the job's keyed state
+    v = windows_of(step(1), doc)[T0 + MIN]
+    assert (v.rule, v.baseline_version, v.threshold, v.breach_level) == (
+        "baseline",
+        "b1",
+        0.3,
+        "critical",
+    )
+
+    publish_baseline(settings, baseline(doc, "b2", threshold=0.45, fitted_at=T0 + 1))
+    # An older baseline arriving late (replay, compaction) must not win over a newer one.
+    publish_baseline(settings, baseline(doc, "b0", threshold=0.9, fitted_at=T0 - 1))
+    time.sleep(3)
+    v = windows_of(step(2), doc)[T0 + 2 * MIN]
+    assert (v.baseline_version, v.breach_level) == ("b2", "warning")
+    # Other types are untouched by this type's baseline.
+    assert all(
+        v.rule == "static" for v in flow.read_verdicts(settings) if v.window.doc_type == "tick"
+    )
+
+
+def test_submitted_to_session_cluster_and_restarted_from_savepoint(
+    stack: Stack, job_settings: JobSettings, tmp_path: Path
+) -> None:
+    settings = job_settings.model_copy(update={"job": job_settings.job.model_copy(update={
+        "watermark_delay_ms": 5_000, "idle_timeout_s": 2, "checkpoint_interval_s": 5,
+        "startup_mode": "earliest-offset", "group_id": f"aw-{tmp_path.name}"})})  # fmt: skip
+    jar = flow.fetch_artifacts(settings).kafka_connector_jar()
+    rest = cluster.FlinkRest(stack.flink.address)
+    env = {drift_job.SETTINGS_ENV: settings.model_dump_json()}
+    part1 = [e for m in range(3) for e in minute("nda", m, [0.1, 0.2, 0.3])]
+    publish(settings, part1)
+    job = cluster.submit(stack.flink.address, jar, env=env)
+    # The watermark reaches 1:58: window 0 closes, windows 1 and 2 stay open in the state.
+    first = wait_for(settings, has("nda", 0), timeout_s=180)
+    assert len(first) == 1
+    location = rest.savepoint(job, f"file://{tmp_path}/savepoints", stop=True)
+    assert rest.state(job) == "FINISHED"
+
+    part2 = [e for m in range(3, 5) for e in minute("nda", m, [0.6, 0.7])]
+    publish(settings, [*part2, event("nda", T0 + 6 * MIN, 0.1, 7)])
+    resumed = cluster.submit(stack.flink.address, jar, env=env, savepoint=location)
+    try:
+        verdicts = wait_for(settings, has("nda", 0, 1, 2, 3, 4), timeout_s=180)
+    finally:
+        rest.cancel(resumed)
+    ids = [v.verdict_id for v in verdicts]
+    assert len(ids) == len(set(ids)), "a verdict was emitted twice across the restart"
+    expected = flow.reference_windows(part1 + part2, MIN)
+    assert flow.compare(expected, [v.window for v in verdicts]).ok
+    assert {j.job_id: j.state for j in rest.jobs()}[job] == "FINISHED"
