@@ -1,0 +1,220 @@
+"""Throughput, latency and memory of the drift job, side by side with a read-parse-discard
+job over the same topic, in one run on this machine.
+
+    .venv/bin/python bench/job.py --events 2000000
+
+1. Starts a private Kafka (free ports, temporary directory) and loads N realistic snapshot
+   events (from the traffic generator, replayed with fresh ids and shifted times).
+2. Runs, each bounded over the same topic on the embedded mini-cluster, with the same
+   parallelism: (a) read-parse-discard: the same JSON source, every column the drift job
+   reads, into a blackhole sink; (b) the drift job without the raw audit reader; (c) the
+   drift job as deployed (audit on). Each rate is N / (wall time - fixed cost), the fixed
+   cost being the same job over a 1,000-event topic; both figures are printed.
+3. Latency: runs the drift job unbounded, and each second sends one event that moves the
+   watermark past a window end; reports the time from that send until the window's verdict
+   is readable on the verdicts topic (p50 / p99 / max).
+4. Memory: peak RSS of the mini-cluster JVM (it is the TaskManager here) during (c).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psutil
+from confluent_kafka import Consumer, Producer
+
+from anchorwatch import slice as flow
+from anchorwatch.generator import TrafficConfig, generate
+from anchorwatch.jobs import drift_job
+from anchorwatch.jobs.settings import JobSettings
+from anchorwatch.kafkaio import client_config
+from anchorwatch.stack.processes import free_port
+from anchorwatch.stack.stack import Stack, StackSettings
+
+MIN = 60_000
+
+
+def load_events(settings: JobSettings, n: int, seed: int = 5) -> float:
+    """Produce n events (keyed by doc type); returns the produce rate."""
+    traffic = generate(TrafficConfig(seed=seed, minutes=20, doc_types=16, rate_scale=3.0))
+    pool = [orjson.loads(r.raw) for r in traffic.records() if r.event is not None]
+    span = 20 * MIN
+    producer = Producer(client_config(settings.kafka, **{
+        "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4",
+        "queue.buffering.max.messages": 500_000}))  # fmt: skip
+    started = time.perf_counter()
+    for i in range(n):
+        record = dict(pool[i % len(pool)])
+        cycle = i // len(pool)
+        record["event_id"] = f"{record['event_id']}-{cycle}"
+        record["event_time_ms"] += cycle * span
+        while True:
+            try:
+                producer.produce(settings.topics.snapshots, orjson.dumps(record),
+                                 record["doc_type"].encode())  # fmt: skip
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush()
+    return n / (time.perf_counter() - started)
+
+
+def run_discard(settings: JobSettings, jar: Path) -> float:
+    _, t_env = drift_job.create_environment(settings, jar)
+    drift_job.declare_tables(t_env, settings, bounded=True)
+    t_env.execute_sql(
+        "CREATE TEMPORARY TABLE sink (n BIGINT, d DOUBLE) WITH ('connector'='blackhole')"
+    )
+    started = time.perf_counter()
+    # Uses every column the drift job reads, so the JSON work is the same.
+    columns = (
+        "event_time_ms + COALESCE(anchor_count, 0) + COALESCE(resample_count, 0) "
+        "+ CHAR_LENGTH(event_id) + CHAR_LENGTH(doc_type) + CHAR_LENGTH(snapshot_status), "
+        "mean_drift + max_drift + max_kl_divergence"
+    )
+    query = f"INSERT INTO sink SELECT {columns} FROM {drift_job.SNAPSHOTS}"  # noqa: S608
+    t_env.execute_sql(query).wait()
+    return time.perf_counter() - started
+
+
+def run_drift(settings: JobSettings, jar: Path) -> float:
+    started = time.perf_counter()
+    drift_job.run(settings, jar, bounded=True).wait()
+    return time.perf_counter() - started
+
+
+class PeakRss:
+    """Samples the RSS of this process's Java children (the mini-cluster JVM)."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            for child in me.children(recursive=True):
+                try:
+                    if "java" in child.name():
+                        self.peak = max(self.peak, child.memory_info().rss)
+                except psutil.Error:
+                    pass
+            time.sleep(0.2)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def latency(settings: JobSettings, jar: Path, samples: int) -> list[float]:
+    s = settings.model_copy(update={"job": settings.job.model_copy(update={
+        "watermark_delay_ms": 0, "startup_mode": "latest-offset",
+        "group_id": f"lat-{time.time_ns()}"})})  # fmt: skip
+    result = drift_job.run(s, jar, bounded=False)
+    consumer = Consumer(client_config(s.kafka, **{
+        "group.id": f"bench-{time.time_ns()}", "auto.offset.reset": "latest"}))  # fmt: skip
+    consumer.subscribe([s.topics.verdicts])
+    producer = Producer(client_config(s.kafka, **{"linger.ms": 0}))
+    base = 1_900_000_000_000 - 1_900_000_000_000 % MIN
+    template = {"event_id": "", "doc_type": "latency", "snapshot_status": "active",
+                "anchor_count": 0, "anchors": [], "mean_drift": 0.0, "max_drift": 0.0,
+                "max_kl_divergence": 0.0, "resample_count": 0}  # fmt: skip
+    out: list[float] = []
+    try:
+        time.sleep(15)  # the job's readers join the topic (they start at the latest offset)
+        for i in range(samples + 2):
+            # One event in window i, then one in window i+1 that closes window i.
+            for t in (base + i * MIN + 1, base + (i + 1) * MIN + 1):
+                rec = {**template, "event_id": f"l{i}-{t}", "event_time_ms": t}
+                producer.produce(s.topics.snapshots, orjson.dumps(rec), b"latency")
+            producer.flush()
+            sent = time.perf_counter()
+            want = base + i * MIN
+            while time.perf_counter() - sent < 30:
+                msg = consumer.poll(0.05)
+                if msg is None or msg.error():
+                    continue
+                if orjson.loads(msg.value() or b"{}")["window"]["window_start_ms"] == want:
+                    if i >= 2:  # the first windows include the job's warm-up
+                        out.append(time.perf_counter() - sent)
+                    break
+            time.sleep(0.5)
+    finally:
+        consumer.close()
+        result.get_job_client().cancel().result()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--latency-samples", type=int, default=20)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="aw-bench-job-") as tmp:
+        stack = Stack(StackSettings.load(stack={
+            "state_dir": tmp, "kafka_port": free_port(), "controller_port": free_port(),
+            "kafka_heap": "1g"}))  # fmt: skip
+        stack.up(with_flink=False)
+        try:
+            bench(stack, args)
+        finally:
+            stack.down()
+
+
+def bench(stack: Stack, args: Any) -> None:
+    base = JobSettings.load(kafka={"bootstrap_servers": stack.kafka.bootstrap},
+                            job={"parallelism": args.parallelism})  # fmt: skip
+    jar = flow.fetch_artifacts(base).kafka_connector_jar()
+
+    def topics_with(n: int) -> JobSettings:
+        s = base.model_copy(
+            update={"topics": flow.run_scoped_topics(base.topics, flow.new_run_id())}
+        )
+        flow.create_topics(s)
+        rate = load_events(s, n)
+        print(f"loaded {n:,} events at {rate:,.0f}/s")
+        return s
+
+    small, big = topics_with(1_000), topics_with(args.events)
+    no_audit = {"job": base.job.model_copy(update={"audit_unparsable": False})}
+    rows = []
+    for name, fn, update in (
+        ("read-parse-discard", run_discard, {}),
+        ("drift job, no audit", run_drift, no_audit),
+        ("drift job (deployed)", run_drift, {}),
+    ):
+        fixed = fn(small.model_copy(update=update), jar)
+        with PeakRss() as rss:
+            wall = fn(big.model_copy(update=update), jar)
+        rate = args.events / max(wall - fixed, 1e-9)
+        rows.append((name, wall, fixed, rate, rss.peak))
+        print(
+            f"{name:<22} wall {wall:6.1f}s fixed {fixed:5.1f}s  {rate:>10,.0f} events/s  "
+            f"raw {args.events / wall:>9,.0f}/s  JVM peak RSS {rss.peak / 2**20:,.0f} MiB"
+        )
+    discard = rows[0][3]
+    for name, _, _, rate, _ in rows[1:]:
+        print(f"{name}: {rate / discard:.0%} of read-parse-discard")
+    lat = latency(big, jar, args.latency_samples)
+    if lat:
+        q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else lat * 99
+        print(f"verdict latency after the watermark passes a window end ({len(lat)} windows): "
+              f"p50 {statistics.median(lat) * 1000:.0f} ms, p99 {q[98] * 1000:.0f} ms, "
+              f"max {max(lat) * 1000:.0f} ms")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
