@@ -57,15 +57,22 @@ def cli(ctx: click.Context, config: Path | None, log_level: str) -> None:
 # --------------------------------------------------------------------------- settings
 
 
+def all_settings() -> list[type[ServiceSettings]]:
+    """Every service's settings class (the README documents each of their fields)."""
+    from anchorwatch.alerting.settings import AlertingSettings
+    from anchorwatch.jobs.settings import JobSettings
+    from anchorwatch.stack.stack import StackSettings
+
+    return [StackSettings, JobSettings, AlertingSettings]
+
+
 @cli.command("settings")
 def settings_cmd() -> None:
     """List every setting: its environment variable, meaning and default."""
-    from anchorwatch.jobs.settings import JobSettings
     from anchorwatch.settings import describe_fields
-    from anchorwatch.stack.stack import StackSettings
 
     seen: set[str] = set()
-    for cls in (StackSettings, JobSettings):
+    for cls in all_settings():
         for env, text in describe_fields(cls):
             if env not in seen:
                 seen.add(env)
@@ -630,6 +637,16 @@ def read_cmd(ctx: click.Context, topic: str, limit: int | None) -> None:
         if limit is not None and i >= limit:
             break
         click.echo((m.value or b"null").decode("utf-8", errors="replace"))
+
+
+def _add_service_commands() -> None:
+    # Each deployable owns its command group; the CLI only mounts them.
+    from anchorwatch.alerting.cli import alerting
+
+    cli.add_command(alerting)
+
+
+_add_service_commands()
 
 
 def main() -> None:

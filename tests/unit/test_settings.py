@@ -96,7 +96,9 @@ def test_every_setting_is_described() -> None:
 
 
 def test_readme_documents_every_setting() -> None:
+    from anchorwatch.cli import all_settings
+
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    rows = describe_fields(StackSettings) + describe_fields(JobSettings)
+    rows = [row for cls in all_settings() for row in describe_fields(cls)]
     missing = sorted({env for env, _ in rows if env not in readme})
     assert not missing, f"README lacks: {missing}"

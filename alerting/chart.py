@@ -1,0 +1,84 @@
+"""A small PNG chart of one doc type's mean drift per window against its threshold.
+
+Rendered with matplotlib's Agg backend on a private ``Figure`` (no pyplot global state, so
+it is safe from any thread). matplotlib is imported on first use: a service without charts
+never pays for it.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import warnings
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from anchorwatch.alerting.render import WindowPoint, clean_text, truncate
+
+
+def render_chart(
+    points: Sequence[WindowPoint],
+    *,
+    title: str,
+    width_px: int = 800,
+    height_px: int = 300,
+) -> bytes:
+    """PNG bytes: mean drift per window (line), the threshold (dashed step line), windows
+    above it marked. Needs at least one point."""
+    if not points:
+        raise ValueError("points: need at least one window to draw")
+    from matplotlib.dates import AutoDateLocator, DateFormatter, date2num
+    from matplotlib.figure import Figure
+
+    dpi = 100
+    moments = [datetime.fromtimestamp(p.window_start_ms / 1000, UTC) for p in points]
+    times = [float(date2num(m)) for m in moments]  # type: ignore[no-untyped-call]
+    drift = [p.mean_drift for p in points]
+    threshold = [p.threshold for p in points]
+    above = [(t, d) for t, d, th in zip(times, drift, threshold, strict=True) if d > th]
+
+    fig = Figure(figsize=(width_px / dpi, height_px / dpi), dpi=dpi, layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot(
+        times, drift, color="#1f5fa8", linewidth=2, marker="o", markersize=3, label="mean drift"
+    )
+    ax.step(
+        times,
+        threshold,
+        where="mid",
+        color="#c0392b",
+        linestyle="--",
+        linewidth=1.5,
+        label="threshold",
+    )
+    if above:
+        ax.scatter(
+            [t for t, _ in above],
+            [d for _, d in above],
+            color="#c0392b",
+            s=28,
+            zorder=3,
+            label="above threshold",
+        )
+    top = max(max(drift), max(threshold))
+    ax.set_ylim(0.0, min(1.0, top + 0.1) if top < 0.95 else 1.02)
+    ax.set_ylabel("mean drift")
+    ax.xaxis.set_major_locator(AutoDateLocator(tz=UTC, minticks=4, maxticks=8))  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_formatter(DateFormatter("%H:%M", tz=UTC))  # type: ignore[no-untyped-call]
+    ax.set_xlabel("window start (UTC)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize=8, framealpha=0.8)
+    # Text is untrusted: '$' would start mathtext; control characters are replaced.
+    ax.set_title(truncate(clean_text(title), 80).replace("$", r"\$"), fontsize=11)
+
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        # Glyphs the bundled font lacks (CJK, emoji) draw as boxes; that is fine.
+        warnings.simplefilter("ignore", UserWarning)
+        level = logging.getLogger("matplotlib").level
+        logging.getLogger("matplotlib").setLevel(logging.ERROR)
+        try:
+            fig.savefig(buf, format="png", metadata={"Software": None})
+        finally:
+            logging.getLogger("matplotlib").setLevel(level)
+    return buf.getvalue()

@@ -1,0 +1,248 @@
+"""`anchorwatch alerting ...`: the local Slack and Jira servers, and a test notification.
+Entry points only wire; the work lives in the modules they call."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, cast
+
+import click
+
+from anchorwatch.alerting.render import IncidentView, Severity, WindowPoint
+from anchorwatch.contracts import Reason, WindowAggregate
+from anchorwatch.errors import AnchorwatchError
+
+
+@click.group()
+def alerting() -> None:
+    """The alerting service's integrations: local Slack/Jira servers and a test notification."""
+
+
+def _serve(server: Any, lines: list[str]) -> None:
+    for line in lines:
+        click.echo(line)
+    click.echo("Ctrl-C stops it.")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+def _bind(cls: Any, host: str, port: int, **kwargs: Any) -> Any:
+    try:
+        return cls(host, port, **kwargs)
+    except OSError as exc:
+        raise AnchorwatchError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+@alerting.command("local-slack")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind to.")
+@click.option("--port", default=8089, show_default=True, type=int, help="Port (0: any free).")
+@click.option(
+    "--token", default=None, help="Accept only this bot token. [default: any non-empty token]"
+)
+def local_slack(host: str, port: int, token: str | None) -> None:
+    """Run a local Slack (Web API + incoming webhook) that records what it receives; see
+    the messages at http://HOST:PORT/ ."""
+    from anchorwatch.alerting.local_slack import LocalSlack
+
+    server = _bind(LocalSlack, host, port, token=token)
+    _serve(
+        server,
+        [
+            f"local Slack on {server.url}/ (messages: {server.url}/_local/messages)",
+            "  bot mode:     ANCHORWATCH_SLACK__MODE=bot "
+            f"ANCHORWATCH_SLACK__API_URL={server.api_url} "
+            f"ANCHORWATCH_SLACK__BOT_TOKEN={token or 'xoxb-local'}",
+            "  webhook mode: ANCHORWATCH_SLACK__MODE=webhook "
+            f"ANCHORWATCH_SLACK__WEBHOOK_URL={server.webhook_url}",
+            f"  faults:       curl -X POST {server.url}/_local/faults -d "
+            """'{"method": "chat.postMessage", "status": 429, "retry_after": 1, "times": 2}'""",
+        ],
+    )
+
+
+@alerting.command("local-jira")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind to.")
+@click.option("--port", default=8090, show_default=True, type=int, help="Port (0: any free).")
+@click.option(
+    "--project",
+    "projects",
+    multiple=True,
+    default=["OPS"],
+    show_default=True,
+    help="Project key that exists (repeatable).",
+)
+@click.option(
+    "--deployment",
+    type=click.Choice(["Server", "Cloud"]),
+    default="Server",
+    show_default=True,
+    help="What serverInfo reports; Cloud clients search with search/jql.",
+)
+@click.option("--user", default=None, help="Require basic auth with this user (and --token).")
+@click.option("--token", default=None, help="Require this API token (bearer without --user).")
+def local_jira(
+    host: str,
+    port: int,
+    projects: tuple[str, ...],
+    deployment: str,
+    user: str | None,
+    token: str | None,
+) -> None:
+    """Run a local Jira (the REST endpoints the notifier uses) that records what it receives;
+    see the tickets at http://HOST:PORT/ ."""
+    from anchorwatch.alerting.local_jira import LocalJira
+
+    credentials = (user or "", token) if token else None
+    server = _bind(
+        LocalJira, host, port, projects=projects, deployment=deployment, credentials=credentials
+    )
+    _serve(
+        server,
+        [
+            f"local Jira on {server.url}/ (issues: {server.url}/_local/issues)",
+            f"  ANCHORWATCH_JIRA__ENABLED=true ANCHORWATCH_JIRA__URL={server.url} "
+            f"ANCHORWATCH_JIRA__PROJECT={projects[0]}",
+            f"  faults: curl -X POST {server.url}/_local/faults -d "
+            """'{"method": "create", "status": 503, "times": 2}'""",
+        ],
+    )
+
+
+@alerting.command("send-test")
+@click.option(
+    "--doc-type",
+    default="purchase_contract",
+    show_default=True,
+    help="Document type of the sample incident.",
+)
+@click.option(
+    "--severity",
+    type=click.Choice(["warning", "critical"]),
+    default="critical",
+    show_default=True,
+    help="Severity of the sample incident.",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="TOML settings file. [default: --config of anchorwatch, or ANCHORWATCH_CONFIG]",
+)
+@click.pass_context
+def send_test(ctx: click.Context, doc_type: str, severity: str, config_file: Path | None) -> None:
+    """Send a sample incident through the configured integrations: open, one update (with
+    the chart), resolve. Prints the Slack thread and the Jira key."""
+    from anchorwatch.alerting.jira import JiraNotifier
+    from anchorwatch.alerting.settings import AlertingSettings
+    from anchorwatch.alerting.slack import SlackNotifier, SlackWebhookNotifier
+
+    config = config_file or ((ctx.obj or {}).get("config") if isinstance(ctx.obj, dict) else None)
+    settings = AlertingSettings.load(config)
+    retry = settings.retry.policy()
+    views, history = sample_incident(doc_type, cast(Severity, severity))
+    dashboard = settings.routing.dashboard_url(doc_type)
+    opened, updated, resolved = (replace(v, dashboard_url=dashboard) for v in views)
+    sent = False
+    if settings.slack.mode == "bot":
+        slack = SlackNotifier.from_settings(settings.slack, settings.routing, retry)
+        ref = slack.open(opened)
+        result = slack.update(ref, updated, history[:26])  # up to the updated window
+        slack.resolve(ref, resolved)
+        click.echo(f"slack: thread {ref.channel}/{ref.ts}, chart uploaded: {result.chart_uploaded}")
+        sent = True
+    elif settings.slack.mode == "webhook":
+        hook = SlackWebhookNotifier.from_settings(settings.slack, retry)
+        hook.open(opened)
+        hook.resolve(resolved)
+        click.echo("slack: two webhook messages sent")
+        sent = True
+    if settings.jira.enabled:
+        jira = JiraNotifier.from_settings(settings.jira, retry)
+        ticket = jira.open_or_reopen(opened, history[:24])  # up to the opening window
+        jira.comment(ticket.key, updated, last_comment_ms=0)
+        outcome = jira.resolve(ticket.key, resolved)
+        click.echo(
+            f"jira: {ticket.key} ({ticket.action}), resolved: {outcome.transitioned}"
+            + (f" ({outcome.error})" if outcome.error else "")
+        )
+        sent = True
+    if not sent:
+        raise click.ClickException(
+            "nothing configured: set ANCHORWATCH_SLACK__MODE and/or ANCHORWATCH_JIRA__ENABLED"
+        )
+
+
+def sample_incident(
+    doc_type: str, severity: Severity
+) -> tuple[tuple[IncidentView, IncidentView, IncidentView], list[WindowPoint]]:
+    """A plausible incident (open, updated, resolved views) and 30 windows of history."""
+    start = 1_767_621_600_000  # 2026-01-05 14:00 UTC
+    drift = [0.52 + 0.01 * (i % 4) for i in range(22)] + [0.88, 0.91, 0.93, 0.95, 0.92, 0.9]
+    drift += [0.61, 0.55]
+    history = [
+        WindowPoint(start + i * 60_000, start + (i + 1) * 60_000, d, 0.85, 120 + i)
+        for i, d in enumerate(drift)
+    ]
+
+    def window(i: int) -> WindowAggregate:
+        p = history[i]
+        return WindowAggregate(
+            doc_type=doc_type,
+            window_start_ms=p.window_start_ms,
+            window_end_ms=p.window_end_ms,
+            request_count=p.request_count,
+            mean_drift=p.mean_drift,
+            p95_drift=min(1.0, p.mean_drift + 0.05),
+            zero_anchor_share=0.31,
+        )
+
+    reasons = [
+        Reason(code="above_critical", message="mean drift 0.910 above critical threshold 0.900"),
+        Reason(
+            code="zero_anchors",
+            message="31% of requests had no anchors (drift stuck at "
+            "0.0): documents without anchor markers",
+        ),
+    ]
+    incident_id = "inc-" + hashlib.sha256(f"{doc_type}:{start}".encode()).hexdigest()[:16]
+    opened = IncidentView(
+        incident_id=incident_id,
+        doc_type=doc_type,
+        severity=severity,
+        state="open",
+        opened_at_ms=history[23].window_end_ms,
+        resolved_at_ms=None,
+        window=window(23),
+        threshold=0.85,
+        baseline_version="b-2026-01-04",
+        reasons=reasons,
+        peak_mean_drift=0.91,
+    )
+    updated = replace(
+        opened,
+        state="updated",
+        window=window(25),
+        peak_mean_drift=0.95,
+        reasons=[
+            Reason(
+                code="above_critical", message="mean drift 0.950 above critical threshold 0.900"
+            ),
+            reasons[1],
+        ],
+    )
+    resolved = replace(
+        opened,
+        state="resolved",
+        window=window(29),
+        resolved_at_ms=history[29].window_end_ms,
+        peak_mean_drift=0.95,
+        reasons=[],
+    )
+    return (opened, updated, resolved), history

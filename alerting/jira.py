@@ -1,0 +1,311 @@
+"""Jira: one ticket per incident, found again by its hash label, never duplicated.
+
+``open_or_reopen`` searches first, with one quoted JQL query, for the incident's own ticket
+(its ``aw-<hash>`` label) or a ticket of the same doc type that is still open or was resolved
+within the reopen window; it reuses, reopens (transition by name) or creates accordingly.
+Each attempt of it searches again, so a retry after an ambiguous failure (a timeout after
+Jira created the ticket) finds the ticket instead of creating a second one; a lost local
+state is covered the same way. ``comment`` is rate-limited per ticket; ``resolve`` comments
+and transitions by name, and a missing transition is a logged error in the result, not an
+exception.
+
+The client is the real ``jira.JIRA`` with its own retries off (``max_retries=0``): every
+call goes through the shared ``RetryPolicy``. It is built on first use, inside the policy,
+because its constructor already calls ``serverInfo``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import requests
+from jira import JIRA, JIRAError
+from jira.resources import Issue
+
+from anchorwatch.alerting.notify import (
+    Permanent,
+    Retryable,
+    RetryPolicy,
+    classify,
+    error_for,
+    failure,
+)
+from anchorwatch.alerting.render import (
+    LABEL_ALERT,
+    IncidentView,
+    WindowPoint,
+    doc_type_label,
+    incident_label,
+    jira_description,
+    jira_labels,
+    jira_recurrence_comment,
+    jira_resolved_comment,
+    jira_summary,
+    jira_update_comment,
+    jql_quote,
+)
+from anchorwatch.alerting.settings import JiraSection
+
+log = logging.getLogger(__name__)
+
+SERVICE = "jira"
+T = TypeVar("T")
+_SEARCH_FIELDS = "status,labels,resolutiondate,created"
+
+
+@dataclass(frozen=True)
+class JiraTicket:
+    key: str
+    #: existing: the incident's open ticket (or an open one of the same doc type);
+    #: reopened: a recently resolved one, transitioned back; created: a new ticket.
+    action: Literal["existing", "reopened", "created"]
+
+
+@dataclass(frozen=True)
+class JiraResolveResult:
+    key: str
+    commented: bool
+    transitioned: bool
+    already_resolved: bool = False
+    error: str | None = None  # e.g. the transition does not exist, with the ones that do
+
+
+def outcome_of(exc: Exception) -> Retryable | Permanent | None:
+    """The outcome of a failed jira/requests call; None for exceptions that are our bugs."""
+    if isinstance(exc, JIRAError):
+        message = (exc.text or "").strip() or "no error message"
+        if exc.status_code is None:
+            return Permanent(message)
+        headers = exc.response.headers if exc.response is not None else {}
+        return failure(classify(exc.status_code, message, headers.get("Retry-After")), message)
+    if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
+        return failure(classify(None, f"connection error: {exc}"), str(exc))
+    if isinstance(exc, ValueError):  # a 2xx whose body is not JSON: not a Jira at that URL
+        return Permanent(f"unexpected answer (not JSON): {exc}")
+    return None
+
+
+def find_jql(project: str, incident: IncidentView, reopen_window_s: int) -> str:
+    """The incident's own ticket, or one of its doc type that is open or resolved within
+    the reopen window. Every value is a quoted JQL string."""
+    own = f"labels = {jql_quote(incident_label(incident.incident_id))}"
+    doc_label = jql_quote(doc_type_label(incident.doc_type))
+    same_type = f"labels = {jql_quote(LABEL_ALERT)} AND labels = {doc_label}"
+    not_done = f"statusCategory != {jql_quote('Done')}"
+    if reopen_window_s > 0:
+        minutes = math.ceil(reopen_window_s / 60)
+        same_type += f" AND ({not_done} OR resolutiondate >= -{minutes}m)"
+    else:
+        same_type += f" AND {not_done}"
+    return f"project = {jql_quote(project)} AND ({own} OR ({same_type})) ORDER BY created DESC"
+
+
+def _fields(issue: Issue) -> dict[str, Any]:
+    raw = issue.raw or {}
+    fields: dict[str, Any] = raw.get("fields") or {}
+    return fields
+
+
+def _is_done(issue: Issue) -> bool:
+    status = _fields(issue).get("status") or {}
+    return bool((status.get("statusCategory") or {}).get("key") == "done")
+
+
+def connect(settings: JiraSection) -> JIRA:
+    """A ``jira.JIRA`` client for the settings, its own retries off (one policy: ours).
+    Cloud: ``user`` (the account e-mail) + API token as basic auth; Server/Data Center:
+    the token alone as a bearer personal access token."""
+    token = settings.token()
+    auth: dict[str, Any] = {}
+    if token is not None and settings.user:
+        auth["basic_auth"] = (settings.user, token.get_secret_value())
+    elif token is not None:
+        auth["token_auth"] = token.get_secret_value()
+    return JIRA(server=settings.url, max_retries=0, timeout=settings.timeout_s, **auth)
+
+
+class JiraNotifier:
+    """One per service; not thread-safe (one client, a per-ticket comment memory)."""
+
+    def __init__(
+        self,
+        client_factory: Callable[[], JIRA],
+        settings: JiraSection,
+        retry: RetryPolicy,
+        *,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self._factory = client_factory
+        self._client: JIRA | None = None
+        self._settings = settings
+        self._retry = retry
+        self._clock_ms = clock_ms
+        self._last_comment: dict[str, tuple[int, str]] = {}  # key -> (ms, severity)
+
+    @classmethod
+    def from_settings(cls, settings: JiraSection, retry: RetryPolicy) -> JiraNotifier:
+        return cls(lambda: connect(settings), settings, retry)
+
+    # ----------------------------------------------------------------- plumbing
+
+    def _call(self, operation: str, fn: Callable[[JIRA], T]) -> T:
+        def once() -> T:
+            try:
+                if self._client is None:
+                    self._client = self._factory()
+                return fn(self._client)
+            except Exception as exc:
+                outcome = outcome_of(exc)
+                if outcome is None:
+                    raise
+                raise error_for(SERVICE, operation, outcome) from exc
+
+        return self._retry.call(once, service=SERVICE, operation=operation)
+
+    @staticmethod
+    def _search(client: JIRA, jql: str) -> list[Issue]:
+        found = client.search_issues(jql, maxResults=20, fields=_SEARCH_FIELDS)
+        if isinstance(found, dict):  # only with json_result=True
+            raise ValueError("search returned JSON instead of issues")
+        return list(found)
+
+    @staticmethod
+    def _transition_id(client: JIRA, key: str, name: str) -> tuple[str | None, list[str]]:
+        transitions = client.transitions(key)
+        names = [str(t["name"]) for t in transitions]
+        for t in transitions:
+            if str(t["name"]).lower() == name.lower():
+                return str(t["id"]), names
+        return None, names
+
+    def _remember(self, key: str, severity: str) -> None:
+        self._last_comment[key] = (self._clock_ms(), severity)
+
+    # ----------------------------------------------------------------- open
+
+    def open_or_reopen(
+        self, incident: IncidentView, history: Sequence[WindowPoint] = ()
+    ) -> JiraTicket:
+        ticket = self._call("open_or_reopen", lambda c: self._open_once(c, incident, history))
+        self._remember(ticket.key, incident.severity)
+        log.info(
+            "jira ticket",
+            extra={
+                "key": ticket.key,
+                "action": ticket.action,
+                "incident_label": incident_label(incident.incident_id),
+            },
+        )
+        return ticket
+
+    def _open_once(
+        self, client: JIRA, incident: IncidentView, history: Sequence[WindowPoint]
+    ) -> JiraTicket:
+        s = self._settings
+        label = incident_label(incident.incident_id)
+        issues = self._search(client, find_jql(s.project, incident, s.reopen_window_s))
+        own = [i for i in issues if label in (_fields(i).get("labels") or [])]
+        open_ = [i for i in issues if not _is_done(i)]
+        ranked = sorted(own, key=_is_done) + open_ + [i for i in issues if _is_done(i)]
+        seen: set[str] = set()
+        for issue in ranked:
+            if issue.key in seen:
+                continue
+            seen.add(issue.key)
+            reopened = False
+            if _is_done(issue):
+                reopened = self._reopen(client, issue.key)
+                if not reopened:
+                    continue
+            if issue.key not in {i.key for i in own}:
+                # A recurrence: tag the ticket with this incident too, and say so, in one edit
+                # (so a retry never writes the comment twice).
+                issue.update(
+                    update={
+                        "labels": [{"add": label}],
+                        "comment": [{"add": {"body": jira_recurrence_comment(incident, history)}}],
+                    }
+                )
+            return JiraTicket(issue.key, "reopened" if reopened else "existing")
+        fields: dict[str, Any] = {
+            "project": {"key": s.project},
+            "issuetype": {"name": s.issue_type},
+            "summary": jira_summary(incident, s.summary_template),
+            "description": jira_description(incident, history),
+            "labels": [*jira_labels(incident), *s.extra_labels],
+        }
+        if priority := s.priorities.get(incident.severity):
+            fields["priority"] = {"name": priority}
+        created = client.create_issue(fields=fields, prefetch=False)
+        return JiraTicket(str(created.key), "created")
+
+    def _reopen(self, client: JIRA, key: str) -> bool:
+        name = self._settings.reopen_transition
+        tid, available = self._transition_id(client, key, name)
+        if tid is None:
+            log.error(
+                "jira reopen transition missing: opening a new ticket instead",
+                extra={"key": key, "transition": name, "available": available},
+            )
+            return False
+        client.transition_issue(key, tid)
+        return True
+
+    # ----------------------------------------------------------------- comment
+
+    def comment(
+        self, key: str, incident: IncidentView, *, last_comment_ms: int | None = None
+    ) -> bool:
+        """An update comment unless one was written less than ``comment_interval_s`` ago
+        (by this notifier, or at ``last_comment_ms`` when the caller keeps that time); a
+        change of severity always comments (and updates the priority). True if written."""
+        now = self._clock_ms()
+        last_ms, last_severity = self._last_comment.get(key, (None, None))
+        if last_comment_ms is not None:
+            last_ms = last_comment_ms
+        escalated = last_severity is not None and last_severity != incident.severity
+        interval_ms = self._settings.comment_interval_s * 1000
+        if last_ms is not None and now - last_ms < interval_ms and not escalated:
+            return False
+        body = jira_update_comment(incident)
+        self._call("comment", lambda c: c.add_comment(key, body))
+        self._remember(key, incident.severity)
+        if escalated and (priority := self._settings.priorities.get(incident.severity)):
+            try:
+                self._call(
+                    "priority",
+                    lambda c: c.issue(key, fields="priority").update(
+                        fields={"priority": {"name": priority}}
+                    ),
+                )
+            except Exception as error:  # the comment is what matters; say and go on
+                log.error("jira priority not updated", extra={"key": key, "error": str(error)})
+        return True
+
+    # ----------------------------------------------------------------- resolve
+
+    def resolve(self, key: str, incident: IncidentView) -> JiraResolveResult:
+        """A resolution comment, then the configured transition by name. Already resolved:
+        nothing is written (a repeated resolve after a lost state stays silent)."""
+        issue = self._call("get", lambda c: c.issue(key, fields="status"))
+        if _is_done(issue):
+            return JiraResolveResult(key, False, False, already_resolved=True)
+        body = jira_resolved_comment(incident)
+        self._call("comment", lambda c: c.add_comment(key, body))
+        name = self._settings.resolve_transition
+        tid, available = self._call("transitions", lambda c: self._transition_id(c, key, name))
+        if tid is None:
+            error = f"transition {name!r} not available on {key}; available: {available}"
+            log.error(
+                "jira resolve transition missing",
+                extra={"key": key, "transition": name, "available": available},
+            )
+            return JiraResolveResult(key, True, False, error=error)
+        self._call("transition", lambda c: c.transition_issue(key, tid))
+        self._last_comment.pop(key, None)
+        return JiraResolveResult(key, True, True)

@@ -1,0 +1,664 @@
+"""A local Slack that speaks the Web API methods and incoming webhooks the notifier uses,
+with failure injection. For tests and for seeing messages without a Slack workspace.
+
+Web API (``POST /api/<method>``, form or JSON body, token as ``Authorization: Bearer``):
+``auth.test``, ``chat.postMessage``, ``chat.update``, ``files.getUploadURLExternal``,
+``files.completeUploadExternal``, plus the upload URL it hands out (``POST /upload/v1/<id>``,
+raw bytes). Errors look like Slack's: HTTP 200 with ``{"ok": false, "error": ...}``, 429
+with ``Retry-After`` and ``{"ok": false, "error": "ratelimited"}``.
+Incoming webhooks: ``POST /services/T.../B.../X...`` (JSON), answering ``ok`` or Slack's
+plain-text errors (``invalid_payload``, ``no_text``, ...).
+
+What it received: ``GET /_local/messages``, ``/_local/files``, ``/_local/files/<id>`` (the
+bytes), ``/_local/requests``; a page for people at ``GET /``. Failure injection:
+``POST /_local/faults`` with ``{"method": "chat.postMessage", "status": 429,
+"retry_after": 1, "times": 2}`` (``method`` ``*`` for any, ``webhook``, ``upload``;
+``error`` for a 200 ``ok:false``; ``disconnect`` to drop the connection unanswered, with
+``after`` once the call was carried out (a response lost on the way back);
+``times`` -1 for ever), ``DELETE /_local/faults``, ``POST /_local/reset``.
+
+The small HTTP scaffolding here (``LocalServer``, ``Faults``) is shared with the local Jira.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import itertools
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+from urllib.parse import parse_qs, urlsplit
+
+log = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------- scaffolding
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body.decode("utf-8")) if self.body else None
+
+
+@dataclass
+class Response:
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "application/json; charset=utf-8"
+    headers: dict[str, str] = field(default_factory=dict)
+    disconnect: bool = False  # close the connection without answering
+
+    @classmethod
+    def json(cls, data: Any, status: int = 200, **headers: str) -> Response:
+        return cls(status, json.dumps(data).encode(), headers=dict(headers))
+
+    @classmethod
+    def text(cls, text: str, status: int = 200, content_type: str = "text/plain") -> Response:
+        return cls(status, text.encode(), content_type=f"{content_type}; charset=utf-8")
+
+
+@dataclass
+class Fault:
+    """One injected failure, served for the next ``times`` matching calls (-1: for ever)."""
+
+    method: str = "*"
+    status: int = 500
+    retry_after: float | None = None
+    times: int = 1
+    error: str | None = None
+    body: Any = None
+    disconnect: bool = False
+    after: bool = False  # with disconnect: carry the call out first, then drop the answer
+    hide_transition: str | None = None  # local Jira only: a workflow without this transition
+
+    @classmethod
+    def parse(cls, spec: Any) -> Fault:
+        if not isinstance(spec, dict):
+            raise ValueError("a fault is a JSON object")
+        unknown = set(spec) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown fault field(s): {sorted(unknown)}")
+        fault = cls(**spec)
+        if not isinstance(fault.status, int) or not 100 <= fault.status <= 599:
+            raise ValueError("status: an HTTP status code")
+        if not isinstance(fault.times, int) or fault.times == 0 or fault.times < -1:
+            raise ValueError("times: a positive count, or -1 for ever")
+        return fault
+
+
+class Faults:
+    """Thread-safe list of pending faults; the first that matches a call is used."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._faults: list[Fault] = []
+
+    def add(self, fault: Fault) -> None:
+        with self._lock:
+            self._faults.append(fault)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [asdict(f) for f in self._faults]
+
+    def take(self, method: str, *, kind: Callable[[Fault], bool] = lambda f: True) -> Fault | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.method in ("*", method) and kind(fault):
+                    if fault.times > 0:
+                        fault.times -= 1
+                        if fault.times == 0:
+                            self._faults.remove(fault)
+                    return fault
+        return None
+
+    def active(self, kind: Callable[[Fault], bool]) -> list[Fault]:
+        with self._lock:
+            return [f for f in self._faults if kind(f)]
+
+
+class LocalServer:
+    """An HTTP server on a thread, for tests (port 0: a free port) and for the CLI."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.faults = Faults()
+        self.lock = threading.RLock()
+        handle = self._dispatch
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # answers in one go, no 40 ms delayed-ACK stalls
+            server_version = "anchorwatch-local"
+
+            def _serve(self) -> None:
+                parts = urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                request = Request(
+                    self.command,
+                    parts.path,
+                    parse_qs(parts.query, keep_blank_values=True),
+                    {k.lower(): v for k, v in self.headers.items()},
+                    body,
+                )
+                try:
+                    response = handle(request)
+                except Exception as exc:  # a bug here must answer, not hang the client
+                    log.exception("local server error")
+                    response = Response.text(f"local server error: {exc}", 500)
+                if response.disconnect:
+                    self.close_connection = True
+                    return
+                self.send_response(response.status)
+                self.send_header("Content-Type", response.content_type)
+                self.send_header("Content-Length", str(len(response.body)))
+                for name, value in response.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(response.body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _serve
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug(format % args)
+
+        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = self._httpd.server_address[0]
+        return f"http://{host if isinstance(host, str) else host.decode()}:{self.port}"
+
+    def start(self) -> Self:
+        # A short poll interval: stop() returns in milliseconds, not half a second.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name=type(self).__name__,
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self._httpd.serve_forever()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> Self:
+        return self.start() if self._thread is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _dispatch(self, request: Request) -> Response:
+        if request.path.startswith("/_local/faults"):
+            return self._faults_endpoint(request)
+        return self.handle(request)
+
+    def _faults_endpoint(self, request: Request) -> Response:
+        if request.method == "DELETE":
+            self.faults.clear()
+            return Response.json({"ok": True})
+        if request.method == "POST":
+            try:
+                spec = request.json()
+                for item in spec if isinstance(spec, list) else [spec]:
+                    self.faults.add(Fault.parse(item))
+            except (ValueError, TypeError) as exc:
+                return Response.json({"ok": False, "error": str(exc)}, 400)
+            return Response.json({"ok": True, "faults": self.faults.snapshot()})
+        return Response.json({"faults": self.faults.snapshot()})
+
+    def handle(self, request: Request) -> Response:
+        raise NotImplementedError
+
+
+def form_or_json(request: Request) -> dict[str, Any]:
+    """The parameters of a Web API call: JSON body, form body and query string merged."""
+    params: dict[str, Any] = {k: v[-1] for k, v in request.query.items()}
+    content_type = request.headers.get("content-type", "")
+    if "json" in content_type:
+        data = request.json()
+        if not isinstance(data, dict):
+            raise ValueError("JSON body must be an object")
+        params.update(data)
+    elif request.body:
+        form = parse_qs(request.body.decode("utf-8"), keep_blank_values=True)
+        params.update({k: v[-1] for k, v in form.items()})
+    return params
+
+
+# --------------------------------------------------------------------------- Slack
+
+_BLOCK_TYPES = {"section", "context", "divider", "header", "image", "actions", "rich_text"}
+
+
+def _channel_id(name: str) -> str:
+    if name[:1] in ("C", "G", "D") and name[1:].isalnum() and name.isupper():
+        return name
+    return "C" + hashlib.sha256(name.lstrip("#").encode()).hexdigest()[:10].upper()
+
+
+def _blocks_error(blocks: Any) -> str | None:
+    """Slack's own Block Kit limits, so an oversized message fails here as it would there."""
+    if not isinstance(blocks, list) or len(blocks) > 50:
+        return "invalid_blocks"
+    for block in blocks:
+        if not isinstance(block, dict) or block.get("type") not in _BLOCK_TYPES:
+            return "invalid_blocks"
+        text = block.get("text")
+        if isinstance(text, dict) and len(str(text.get("text", ""))) > 3000:
+            return "invalid_blocks"
+        fields = block.get("fields", [])
+        if len(fields) > 10 or any(len(str(f.get("text", ""))) > 2000 for f in fields):
+            return "invalid_blocks"
+        if block.get("type") == "context" and len(block.get("elements", [])) > 10:
+            return "invalid_blocks"
+    return None
+
+
+class LocalSlack(LocalServer):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> None:
+        super().__init__(host, port)
+        self.token = token  # when set, every Web API call must present exactly this token
+        self._ts = itertools.count(1)
+        self._file_ids = itertools.count(1)
+        self.messages: list[dict[str, Any]] = []
+        self.files: dict[str, dict[str, Any]] = {}
+        self.requests: list[dict[str, Any]] = []
+        self.channel_names: dict[str, str] = {}
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.url}/api/"
+
+    @property
+    def webhook_url(self) -> str:
+        return f"{self.url}/services/T0LOCAL/B0LOCAL/local-webhook"
+
+    # ----------------------------------------------------------------- dispatch
+
+    def handle(self, request: Request) -> Response:
+        path = request.path
+        if path == "/" and request.method == "GET":
+            return Response.text(self._page(), content_type="text/html")
+        if path.startswith("/_local/"):
+            return self._local(request)
+        if path.startswith("/api/"):
+            return self._web_api(path[len("/api/") :], request)
+        if path.startswith("/upload/v1/"):
+            return self._upload(path[len("/upload/v1/") :], request)
+        if path.startswith("/services/"):
+            return self._webhook(path, request)
+        return Response.text("not found", 404)
+
+    def _record(self, method: str, status: int, error: str | None) -> None:
+        self.requests.append(
+            {"method": method, "status": status, "error": error, "at": time.time()}
+        )
+
+    def _fault_response(self, method: str, fault: Fault, slack_api: bool) -> Response:
+        self._record(method, fault.status, fault.error or "fault")
+        if fault.disconnect:
+            return Response(disconnect=True)
+        headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
+        if fault.body is not None:
+            body = fault.body if isinstance(fault.body, str) else json.dumps(fault.body)
+            return Response(fault.status, body.encode(), headers=headers)
+        if not slack_api:  # webhooks answer in plain text
+            text = fault.error or HTTPStatus(fault.status).phrase.lower().replace(" ", "_")
+            return Response(fault.status, text.encode(), "text/plain", headers)
+        if fault.status == 429:
+            data = {"ok": False, "error": fault.error or "ratelimited"}
+            return Response(429, json.dumps(data).encode(), headers=headers)
+        if fault.status >= 500 and fault.error is None:
+            phrase = HTTPStatus(fault.status).phrase
+            page = f"<html><body><h1>{fault.status} {phrase}</h1></body></html>"
+            return Response(fault.status, page.encode(), "text/html", headers)
+        data = {"ok": False, "error": fault.error or "internal_error"}
+        return Response(fault.status, json.dumps(data).encode(), headers=headers)
+
+    # ----------------------------------------------------------------- Web API
+
+    def _web_api(self, method: str, request: Request) -> Response:
+        fault = self.faults.take(method)
+        if fault is not None and not (fault.disconnect and fault.after):
+            return self._fault_response(method, fault, slack_api=True)
+        response = self._web_api_call(method, request)
+        return Response(disconnect=True) if fault is not None else response
+
+    def _web_api_call(self, method: str, request: Request) -> Response:
+        try:
+            params = form_or_json(request)
+        except (ValueError, UnicodeDecodeError):
+            return self._error(method, "invalid_json")
+        auth = request.headers.get("authorization", "")
+        token = auth[len("Bearer ") :] if auth.startswith("Bearer ") else params.get("token")
+        if not token:
+            return self._error(method, "not_authed")
+        if self.token is not None and token != self.token:
+            return self._error(method, "invalid_auth")
+        handler = {
+            "auth.test": self._auth_test,
+            "chat.postMessage": self._post_message,
+            "chat.update": self._update,
+            "files.getUploadURLExternal": self._get_upload_url,
+            "files.completeUploadExternal": self._complete_upload,
+        }.get(method)
+        if handler is None:
+            self._record(method, 404, "unknown_method")
+            return Response.json({"ok": False, "error": "unknown_method"}, 404)
+        with self.lock:
+            result = handler(params)
+        if result.get("ok") is False:
+            return self._error(method, str(result["error"]))
+        self._record(method, 200, None)
+        return Response.json(result)
+
+    def _error(self, method: str, error: str) -> Response:
+        self._record(method, 200, error)
+        return Response.json({"ok": False, "error": error})
+
+    def _auth_test(self, _params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "url": f"{self.url}/",
+            "team": "anchorwatch-local",
+            "user": "anchorwatch",
+            "team_id": "T0LOCAL",
+            "user_id": "U0LOCAL",
+            "bot_id": "B0LOCAL",
+        }
+
+    def _next_ts(self) -> str:
+        return f"{int(time.time())}.{next(self._ts):06d}"
+
+    def _resolve_channel(self, name: Any) -> str | None:
+        if not isinstance(name, str) or not name.strip():
+            return None
+        cid = _channel_id(name.strip())
+        self.channel_names.setdefault(cid, name.strip())
+        return cid
+
+    @staticmethod
+    def _parse_blocks(params: dict[str, Any]) -> Any:
+        blocks = params.get("blocks")
+        if isinstance(blocks, str):  # form-encoded calls send blocks as a JSON string
+            try:
+                blocks = json.loads(blocks)
+            except ValueError:
+                return False
+        return blocks
+
+    def _post_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel = self._resolve_channel(params.get("channel"))
+        if channel is None:
+            return {"ok": False, "error": "channel_not_found"}
+        blocks = self._parse_blocks(params)
+        text = params.get("text") or ""
+        if blocks is False or (blocks is not None and _blocks_error(blocks)):
+            return {"ok": False, "error": "invalid_blocks"}
+        if not text and not blocks and not params.get("attachments"):
+            return {"ok": False, "error": "no_text"}
+        if len(text) > 40_000:
+            return {"ok": False, "error": "msg_too_long"}
+        thread_ts = params.get("thread_ts") or None
+        if thread_ts and not self._find(channel, str(thread_ts)):
+            return {"ok": False, "error": "thread_not_found"}
+        message = {
+            "type": "message",
+            "channel": channel,
+            "channel_name": self.channel_names[channel],
+            "ts": self._next_ts(),
+            "thread_ts": thread_ts,
+            "text": text,
+            "blocks": blocks or [],
+            "reply_broadcast": bool(params.get("reply_broadcast")),
+            "params": params,
+            "edits": [],
+        }
+        self.messages.append(message)
+        shown = {k: message[k] for k in ("type", "ts", "thread_ts", "text", "blocks")}
+        return {"ok": True, "channel": channel, "ts": message["ts"], "message": shown}
+
+    def _find(self, channel: str, ts: str) -> dict[str, Any] | None:
+        return next((m for m in self.messages if m["channel"] == channel and m["ts"] == ts), None)
+
+    def _update(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel = self._resolve_channel(params.get("channel"))
+        if channel is None:
+            return {"ok": False, "error": "channel_not_found"}
+        message = self._find(channel, str(params.get("ts", "")))
+        if message is None:
+            return {"ok": False, "error": "message_not_found"}
+        blocks = self._parse_blocks(params)
+        if blocks is False or (blocks is not None and _blocks_error(blocks)):
+            return {"ok": False, "error": "invalid_blocks"}
+        text = params.get("text")
+        if not text and not blocks:
+            return {"ok": False, "error": "no_text"}
+        message["edits"].append({"text": message["text"], "blocks": message["blocks"]})
+        message["text"] = text or ""
+        if blocks is not None:
+            message["blocks"] = blocks
+        return {"ok": True, "channel": channel, "ts": message["ts"], "text": message["text"]}
+
+    def _get_upload_url(self, params: dict[str, Any]) -> dict[str, Any]:
+        filename, length = params.get("filename"), params.get("length")
+        try:
+            size = int(length) if length is not None else -1
+        except ValueError:
+            size = -1
+        if not filename or size < 0:
+            return {"ok": False, "error": "invalid_arguments"}
+        file_id = f"F{next(self._file_ids):08d}LOCAL"
+        self.files[file_id] = {
+            "id": file_id,
+            "name": filename,
+            "length": size,
+            "alt_txt": params.get("alt_txt"),
+            "data": None,
+            "shared": False,
+        }
+        return {"ok": True, "upload_url": f"{self.url}/upload/v1/{file_id}", "file_id": file_id}
+
+    def _upload(self, file_id: str, request: Request) -> Response:
+        if fault := self.faults.take("upload"):
+            return self._fault_response("upload", fault, slack_api=False)
+        with self.lock:
+            entry = self.files.get(file_id)
+            if entry is None or request.method != "POST":
+                self._record("upload", 404, "not_found")
+                return Response.text("not found", 404)
+            entry["data"] = request.body
+            self._record("upload", 200, None)
+        return Response.text(f"OK - {len(request.body)}")
+
+    def _complete_upload(self, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            items = params["files"]
+            items = json.loads(items) if isinstance(items, str) else items
+            ids = [str(f["id"]) for f in items]
+        except (KeyError, TypeError, ValueError):
+            return {"ok": False, "error": "invalid_arguments"}
+        for fid in ids:
+            entry = self.files.get(fid)
+            if entry is None or entry["data"] is None:
+                return {"ok": False, "error": "file_not_found"}
+            if len(entry["data"]) != entry["length"]:
+                return {"ok": False, "error": "file_upload_size_mismatch"}
+        channel = (
+            self._resolve_channel(params.get("channel_id")) if params.get("channel_id") else None
+        )
+        thread_ts = params.get("thread_ts") or None
+        if thread_ts and (channel is None or not self._find(channel, str(thread_ts))):
+            return {"ok": False, "error": "thread_not_found" if channel else "invalid_arguments"}
+        shown = []
+        for item, fid in zip(items, ids, strict=True):
+            entry = self.files[fid]
+            entry.update(title=item.get("title") or entry["name"], shared=channel is not None)
+            shown.append(
+                {
+                    "id": fid,
+                    "name": entry["name"],
+                    "title": entry["title"],
+                    "size": len(entry["data"]),
+                    "permalink": f"{self.url}/_local/files/{fid}",
+                }
+            )
+        if channel is not None:
+            self.messages.append(
+                {
+                    "type": "message",
+                    "subtype": "file_share",
+                    "channel": channel,
+                    "channel_name": self.channel_names[channel],
+                    "ts": self._next_ts(),
+                    "thread_ts": thread_ts,
+                    "text": params.get("initial_comment") or "",
+                    "blocks": [],
+                    "files": ids,
+                    "params": params,
+                    "edits": [],
+                }
+            )
+        return {"ok": True, "files": shown}
+
+    # ----------------------------------------------------------------- webhooks
+
+    def _webhook(self, path: str, request: Request) -> Response:
+        if fault := self.faults.take("webhook"):
+            return self._fault_response("webhook", fault, slack_api=False)
+        try:
+            payload = request.json()
+        except (ValueError, UnicodeDecodeError):
+            payload = None
+        if not isinstance(payload, dict):
+            self._record("webhook", 400, "invalid_payload")
+            return Response.text("invalid_payload", 400)
+        blocks = payload.get("blocks")
+        if blocks is not None and _blocks_error(blocks):
+            self._record("webhook", 400, "invalid_blocks")
+            return Response.text("invalid_blocks", 400)
+        if not payload.get("text") and not blocks:
+            self._record("webhook", 400, "no_text")
+            return Response.text("no_text", 400)
+        with self.lock:
+            self.messages.append(
+                {
+                    "type": "message",
+                    "subtype": "webhook",
+                    "channel": "webhook",
+                    "channel_name": path,
+                    "ts": self._next_ts(),
+                    "thread_ts": None,
+                    "text": payload.get("text") or "",
+                    "blocks": blocks or [],
+                    "params": payload,
+                    "edits": [],
+                }
+            )
+            self._record("webhook", 200, None)
+        return Response.text("ok")
+
+    # ----------------------------------------------------------------- inspection
+
+    def _local(self, request: Request) -> Response:
+        path = request.path
+        with self.lock:
+            if path == "/_local/messages":
+                return Response.json({"messages": self.messages})
+            if path == "/_local/requests":
+                return Response.json({"requests": self.requests})
+            if path == "/_local/files":
+                return Response.json({"files": [self._file_meta(f) for f in self.files.values()]})
+            if path.startswith("/_local/files/"):
+                entry = self.files.get(path.rsplit("/", 1)[1])
+                if entry is None or entry["data"] is None:
+                    return Response.text("not found", 404)
+                return Response(200, entry["data"], "image/png")
+            if path == "/_local/reset" and request.method == "POST":
+                self.messages.clear()
+                self.files.clear()
+                self.requests.clear()
+                self.faults.clear()
+                return Response.json({"ok": True})
+        return Response.text("not found", 404)
+
+    @staticmethod
+    def _file_meta(entry: dict[str, Any]) -> dict[str, Any]:
+        data = entry["data"]
+        meta = {k: v for k, v in entry.items() if k != "data"}
+        meta["size"] = None if data is None else len(data)
+        meta["sha256"] = None if data is None else hashlib.sha256(data).hexdigest()
+        return meta
+
+    def _page(self) -> str:
+        """Messages by channel, threads indented, charts inline: what a newcomer would see."""
+        with self.lock:
+            messages = list(self.messages)
+        parts = [
+            "<html><head><meta charset='utf-8'><title>local Slack</title>"
+            "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
+            ".m{border-left:3px solid #ccc;padding:.3em .8em;margin:.5em 0;white-space:pre-wrap}"
+            ".r{margin-left:2.5em;border-color:#7aa6d6}.meta{color:#888;font-size:.8em}"
+            "</style></head><body><h1>local Slack</h1>"
+        ]
+        if not messages:
+            parts.append("<p>No messages yet.</p>")
+        for m in messages:
+            klass = "m r" if m.get("thread_ts") else "m"
+            texts = [_block_text(b) for b in m.get("blocks") or []] or [m.get("text", "")]
+            body = "\n".join(html.escape(_unescape_slack(t)) for t in texts if t)
+            edited = f" · edited {len(m['edits'])}x" if m["edits"] else ""
+            parts.append(
+                f"<div class='{klass}'><div class='meta'>{html.escape(m['channel_name'])} · "
+                f"ts {m['ts']}{edited}</div>{body}"
+            )
+            for fid in m.get("files", []):
+                parts.append(f"<div><img src='/_local/files/{fid}' width='600'></div>")
+            parts.append("</div>")
+        parts.append("</body></html>")
+        return "".join(parts)
+
+
+def _block_text(block: dict[str, Any]) -> str:
+    texts = []
+    if isinstance(block.get("text"), dict):
+        texts.append(str(block["text"].get("text", "")))
+    texts += [str(f.get("text", "")) for f in block.get("fields", [])]
+    texts += [str(e.get("text", "")) for e in block.get("elements", []) if isinstance(e, dict)]
+    return "\n".join(texts)
+
+
+def _unescape_slack(text: str) -> str:
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")

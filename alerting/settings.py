@@ -1,0 +1,322 @@
+"""Settings of the alerting service's integrations: ``[slack]``, ``[jira]``, ``[routing]`` and
+``[retry]``.
+
+Environment: ``ANCHORWATCH_<SECTION>__<FIELD>``; file: ``field`` under ``[section]``.
+Secrets (the Slack bot token, the webhook URL, the Jira API token) come from the
+environment or from a file named by the matching ``*_file`` setting; they are
+``SecretStr`` (printed as ``**********``) and the file is read and checked at load.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote, urlsplit
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from anchorwatch.alerting.notify import NotifyMetrics, RetryPolicy
+from anchorwatch.alerting.render import DEFAULT_SUMMARY_TEMPLATE, Severity, check_summary_template
+from anchorwatch.settings import Section, ServiceSettings
+
+# A channel name (#ops-alerts, ops-alerts) or a conversation id (C0123ABCD).
+_CHANNEL = re.compile(r"^(#?[a-z0-9][a-z0-9._-]{0,79}|[CGD][A-Z0-9]{6,})$")
+_PROJECT_KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,19}$")
+
+
+def _read_secret(path: Path, what: str) -> SecretStr:
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ValueError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
+    if not text:
+        raise ValueError(f"{what}: {path} is empty")
+    return SecretStr(text)
+
+
+def _one_secret(
+    value: SecretStr | None, path: Path | None, name: str, env: str
+) -> SecretStr | None:
+    """The secret from the value or the file (read now so a bad file fails at load)."""
+    if value is not None and path is not None:
+        raise ValueError(f"{name}_file: set {name} or {name}_file, not both")
+    if value is not None and not value.get_secret_value().strip():
+        raise ValueError(f"{name}: must not be empty (set {env})")
+    if path is not None:
+        return _read_secret(path, f"{name}_file")
+    return value
+
+
+def _http_url(value: str, name: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{name}: must be an http(s) URL, got {value!r}")
+    return value
+
+
+class SlackSection(Section):
+    mode: Literal["off", "bot", "webhook"] = Field(
+        "off",
+        description="off; bot (bot token: threads, edits, charts); webhook (incoming webhook: "
+        "one message per change, no threading, no charts).",
+    )
+    bot_token: SecretStr | None = Field(
+        None, description="Bot token (xoxb-...), scopes chat:write and files:write."
+    )
+    bot_token_file: Path | None = Field(None, description="File holding the bot token.")
+    webhook_url: SecretStr | None = Field(
+        None, description="Incoming webhook URL (a secret: it grants posting)."
+    )
+    webhook_url_file: Path | None = Field(None, description="File holding the webhook URL.")
+    api_url: str = Field(
+        "https://slack.com/api/",
+        description="Web API base URL; point it at `anchorwatch alerting local-slack` to run "
+        "without Slack.",
+    )
+    timeout_s: float = Field(10, gt=0, le=120, description="Timeout of one HTTP request.")
+    charts: bool = Field(True, description="Upload a drift chart into the thread on updates.")
+    chart_windows: int = Field(
+        30, ge=2, le=1440, description="How many recent windows the chart shows."
+    )
+    broadcast_resolution: bool = Field(
+        True, description="Also show the resolution reply in the channel, not only the thread."
+    )
+
+    @field_validator("api_url")
+    @classmethod
+    def _api_url(cls, value: str) -> str:
+        return _http_url(value, "api_url").rstrip("/") + "/"
+
+    @model_validator(mode="after")
+    def _secrets(self) -> SlackSection:
+        token = _one_secret(
+            self.bot_token, self.bot_token_file, "bot_token", "ANCHORWATCH_SLACK__BOT_TOKEN"
+        )
+        hook = _one_secret(
+            self.webhook_url, self.webhook_url_file, "webhook_url", "ANCHORWATCH_SLACK__WEBHOOK_URL"
+        )
+        if self.mode == "bot" and token is None:
+            raise ValueError(
+                "bot_token: required when mode is 'bot' (ANCHORWATCH_SLACK__BOT_TOKEN or "
+                "ANCHORWATCH_SLACK__BOT_TOKEN_FILE)"
+            )
+        if self.mode == "webhook":
+            if hook is None:
+                raise ValueError(
+                    "webhook_url: required when mode is 'webhook' (ANCHORWATCH_SLACK__WEBHOOK_URL "
+                    "or ANCHORWATCH_SLACK__WEBHOOK_URL_FILE)"
+                )
+            _http_url(hook.get_secret_value(), "webhook_url")
+        return self
+
+    def token(self) -> SecretStr | None:
+        return _one_secret(self.bot_token, self.bot_token_file, "bot_token", "")
+
+    def webhook(self) -> SecretStr | None:
+        return _one_secret(self.webhook_url, self.webhook_url_file, "webhook_url", "")
+
+
+def _default_priorities() -> dict[Severity, str]:
+    return {"warning": "High", "critical": "Highest"}
+
+
+class JiraSection(Section):
+    enabled: bool = Field(False, description="Open, comment and resolve Jira tickets.")
+    url: str = Field(
+        "http://127.0.0.1:8090",
+        description="Jira base URL (Cloud: https://YOUR.atlassian.net); the default is "
+        "`anchorwatch alerting local-jira`.",
+    )
+    project: str = Field("OPS", description="Project key the tickets go to.")
+    issue_type: str = Field("Task", min_length=1, description="Issue type of new tickets.")
+    user: str | None = Field(
+        None,
+        description="User for basic auth (Cloud: the account e-mail) with api_token; unset: "
+        "api_token is sent as a bearer personal access token (Server/Data Center).",
+    )
+    api_token: SecretStr | None = Field(None, description="API token or personal access token.")
+    api_token_file: Path | None = Field(None, description="File holding the API token.")
+    summary_template: str = Field(
+        DEFAULT_SUMMARY_TEMPLATE,
+        description="Ticket summary; placeholders {doc_type} {avg_drift} {severity} "
+        "{severity_upper} {threshold} {incident_label}; cut to 255 characters.",
+    )
+    priorities: dict[Severity, str] = Field(
+        default_factory=_default_priorities,
+        description="Jira priority name per severity (JSON object in the environment); a "
+        "severity not listed leaves the project's default priority.",
+    )
+    resolve_transition: str = Field(
+        "Done", min_length=1, description="Transition (by name) that resolves a ticket."
+    )
+    reopen_transition: str = Field(
+        "Reopen", min_length=1, description="Transition (by name) that reopens a ticket."
+    )
+    reopen_window_s: int = Field(
+        3600,
+        ge=0,
+        le=90 * 86_400,
+        description="A recurrence of the same doc type within this long after its ticket "
+        "was resolved reopens that ticket instead of opening a new one (0: never).",
+    )
+    comment_interval_s: int = Field(
+        900,
+        ge=0,
+        le=86_400,
+        description="At most one update comment per ticket this often (a severity change "
+        "always comments).",
+    )
+    extra_labels: list[str] = Field(
+        default_factory=list, description="Labels added to every ticket (no spaces)."
+    )
+    timeout_s: float = Field(10, gt=0, le=120, description="Timeout of one HTTP request.")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _http_url(value, "url").rstrip("/")
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, value: str) -> str:
+        if not _PROJECT_KEY.match(value):
+            raise ValueError("must be a Jira project key: capital letters, digits, '_'")
+        return value
+
+    @field_validator("summary_template")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        return check_summary_template(value)
+
+    @field_validator("extra_labels")
+    @classmethod
+    def _labels(cls, value: list[str]) -> list[str]:
+        for label in value:
+            if not label or len(label) > 255 or any(c.isspace() for c in label):
+                raise ValueError(f"label {label!r}: 1-255 characters without spaces")
+        return value
+
+    @model_validator(mode="after")
+    def _secrets(self) -> JiraSection:
+        token = _one_secret(
+            self.api_token, self.api_token_file, "api_token", "ANCHORWATCH_JIRA__API_TOKEN"
+        )
+        # Only a Jira on this machine (the local server) may be used without credentials.
+        local = urlsplit(self.url).hostname in ("127.0.0.1", "localhost", "::1")
+        if self.enabled and token is None and not local:
+            raise ValueError(
+                "api_token: required for a Jira that is not local (ANCHORWATCH_JIRA__API_TOKEN "
+                "or ANCHORWATCH_JIRA__API_TOKEN_FILE)"
+            )
+        return self
+
+    def token(self) -> SecretStr | None:
+        return _one_secret(self.api_token, self.api_token_file, "api_token", "")
+
+
+class RoutingSection(Section):
+    default_channel: str = Field(
+        "#drift-alerts", description="Slack channel for incidents no rule below matches."
+    )
+    severity_channels: dict[Severity, str] = Field(
+        default_factory=dict,
+        description='Channel per severity, e.g. {"critical": "#ops-pager"} (JSON object).',
+    )
+    doc_type_channels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Channel per doc type; wins over the severity rule (JSON object).",
+    )
+    dashboard_url_template: str | None = Field(
+        None,
+        description="Dashboard link shown in messages and tickets; {doc_type} is replaced "
+        "by the URL-encoded doc type.",
+    )
+
+    @field_validator("default_channel")
+    @classmethod
+    def _channel(cls, value: str) -> str:
+        return _check_channel(value)
+
+    @field_validator("severity_channels", "doc_type_channels")
+    @classmethod
+    def _channels(cls, value: dict[Any, str]) -> dict[Any, str]:
+        for channel in value.values():
+            _check_channel(channel)
+        return value
+
+    @field_validator("dashboard_url_template")
+    @classmethod
+    def _dashboard(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        names = set(re.findall(r"{(\w*)}", value))
+        if names - {"doc_type"}:
+            raise ValueError(f"only {{doc_type}} may be used, found {sorted(names)}")
+        return _http_url(value.replace("{doc_type}", "x"), "dashboard_url_template") and value
+
+    def channel_for(self, doc_type: str, severity: Severity) -> str:
+        return (
+            self.doc_type_channels.get(doc_type)
+            or self.severity_channels.get(severity)
+            or self.default_channel
+        )
+
+    def dashboard_url(self, doc_type: str) -> str | None:
+        if self.dashboard_url_template is None:
+            return None
+        return self.dashboard_url_template.replace("{doc_type}", quote(doc_type, safe=""))
+
+
+def _check_channel(value: str) -> str:
+    if not _CHANNEL.match(value):
+        raise ValueError(
+            f"{value!r} is not a Slack channel: #name (lower case, digits, . _ -) or an id"
+        )
+    return value
+
+
+class RetrySection(Section):
+    max_attempts: int = Field(
+        6, ge=1, le=100, description="Attempts per Slack/Jira call before giving up."
+    )
+    max_elapsed_s: float = Field(
+        300, gt=0, le=86_400, description="Time budget per call, waits included."
+    )
+    base_delay_s: float = Field(1.0, ge=0, le=600, description="First backoff delay.")
+    max_delay_s: float = Field(60.0, ge=0, le=3600, description="Longest backoff delay.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RetrySection:
+        if self.max_delay_s < self.base_delay_s:
+            raise ValueError("max_delay_s: must not be below base_delay_s")
+        return self
+
+    def policy(
+        self,
+        *,
+        metrics: NotifyMetrics | None = None,
+        sleep: Callable[[float], None] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> RetryPolicy:
+        extra: dict[str, Any] = {}
+        if sleep is not None:
+            extra["sleep"] = sleep
+        if clock is not None:
+            extra["clock"] = clock
+        return RetryPolicy(
+            max_attempts=self.max_attempts,
+            max_elapsed_s=self.max_elapsed_s,
+            base_delay_s=self.base_delay_s,
+            max_delay_s=self.max_delay_s,
+            metrics=metrics,
+            **extra,
+        )
+
+
+class AlertingSettings(ServiceSettings):
+    slack: SlackSection = Field(default_factory=SlackSection)
+    jira: JiraSection = Field(default_factory=JiraSection)
+    routing: RoutingSection = Field(default_factory=RoutingSection)
+    retry: RetrySection = Field(default_factory=RetrySection)

@@ -1,0 +1,326 @@
+"""Slack: the incident as a thread (bot token) or as plain messages (incoming webhook).
+
+Bot mode: ``open`` posts the parent message (Block Kit plus a plain-text fallback) to the
+routed channel; ``update`` replies in the thread, edits the parent to show the current state
+(``chat.update``) and uploads a drift chart into the thread (``files_upload_v2``:
+``files.getUploadURLExternal``, upload, ``files.completeUploadExternal`` with ``thread_ts``);
+``resolve`` replies (also shown in the channel) and edits the parent once more.
+
+Every HTTP call goes through the shared ``RetryPolicy`` one at a time; slack_sdk's own retry
+handlers are switched off so there is one policy. A ``200 {"ok": false}`` is an error:
+permanent, except Slack's transient error codes. Within ``update``/``resolve`` only the
+thread reply is essential: once it is posted, a failing parent edit or chart upload is
+logged and reported in the result instead of raised, so a caller that retries a failed
+``update`` never posts the same reply twice.
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import re
+import urllib.error
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slack_sdk.errors import SlackApiError, SlackRequestError
+from slack_sdk.web import SlackResponse, WebClient
+from slack_sdk.webhook import WebhookClient
+
+from anchorwatch.alerting.notify import (
+    NotifyError,
+    Ok,
+    Permanent,
+    Retryable,
+    RetryPolicy,
+    classify,
+    error_for,
+    failure,
+)
+from anchorwatch.alerting.render import (
+    IncidentView,
+    SlackMessage,
+    WindowPoint,
+    chart_alt_text,
+    chart_title,
+    incident_label,
+    slack_parent,
+    slack_resolved,
+    slack_update,
+)
+from anchorwatch.alerting.settings import RoutingSection, SlackSection
+
+log = logging.getLogger(__name__)
+
+SERVICE = "slack"
+#: ``ok: false`` errors that Slack documents as temporary.
+TRANSIENT_ERRORS = frozenset(
+    {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
+)
+ChartRenderer = Callable[[Sequence[WindowPoint], str], bytes]
+
+
+@dataclass(frozen=True)
+class SlackRef:
+    """Where the incident's thread lives: the channel id and the parent message's ts."""
+
+    channel: str
+    ts: str
+
+
+@dataclass(frozen=True)
+class SlackResult:
+    """What ``update``/``resolve`` did. ``problems`` names the best-effort steps that failed."""
+
+    reply_ts: str
+    parent_updated: bool
+    chart_uploaded: bool = False
+    problems: tuple[str, ...] = ()
+
+
+def _header(headers: Any, name: str) -> str | None:
+    for key, value in dict(headers or {}).items():
+        if key.lower() == name.lower():
+            return str(value[0] if isinstance(value, list) else value)
+    return None
+
+
+def outcome_of(exc: Exception) -> Retryable | Permanent | None:
+    """The outcome of a failed slack_sdk call; None for exceptions that are our bugs."""
+    if isinstance(exc, SlackApiError):
+        response = exc.response
+        data = response.data if isinstance(response.data, dict) else {}
+        error = str(data.get("error") or "unknown_error")
+        if response.status_code == 200:  # {"ok": false}
+            detail = error
+            if needed := data.get("needed"):
+                detail += f" (needed scope: {needed})"
+            if error in TRANSIENT_ERRORS:
+                return Retryable(f"ok:false {detail}")
+            return Permanent(f"ok:false {detail}")
+        retry_after = _header(response.headers, "Retry-After")
+        return failure(classify(response.status_code, error, retry_after), error)
+    if isinstance(exc, urllib.error.HTTPError):  # the upload step's own request
+        retry_after = _header(exc.headers, "Retry-After")
+        return failure(classify(exc.code, str(exc.reason), retry_after), str(exc))
+    if isinstance(exc, SlackRequestError):
+        # files_upload_v2 reports a non-200 upload as "Failed to upload a file (status: N ..."
+        if m := re.search(r"status: (\d{3})", str(exc)):
+            return failure(classify(int(m.group(1)), "file upload failed"), str(exc))
+        return Permanent(str(exc).splitlines()[0][:300])
+    if isinstance(exc, urllib.error.URLError | OSError | http.client.HTTPException):
+        return failure(classify(None, f"connection error: {exc}"), str(exc))
+    return None
+
+
+def _attempt(operation: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as exc:
+        outcome = outcome_of(exc)
+        if outcome is None:
+            raise
+        raise error_for(SERVICE, operation, outcome) from exc
+
+
+class SlackNotifier:
+    """Bot-token mode: one thread per incident."""
+
+    def __init__(
+        self,
+        client: WebClient,
+        routing: RoutingSection,
+        retry: RetryPolicy,
+        *,
+        charts: bool = True,
+        chart_windows: int = 30,
+        broadcast_resolution: bool = True,
+        chart_renderer: ChartRenderer | None = None,
+    ) -> None:
+        self._client = client
+        self._routing = routing
+        self._retry = retry
+        self._charts = charts
+        self._chart_windows = chart_windows
+        self._broadcast = broadcast_resolution
+        self._render_chart = chart_renderer or _default_chart
+
+    @classmethod
+    def from_settings(
+        cls, slack: SlackSection, routing: RoutingSection, retry: RetryPolicy
+    ) -> SlackNotifier:
+        token = slack.token()
+        client = WebClient(
+            token=token.get_secret_value() if token else None,
+            base_url=slack.api_url,
+            timeout=max(1, round(slack.timeout_s)),
+            retry_handlers=[],  # the one retry policy is ours
+        )
+        return cls(
+            client,
+            routing,
+            retry,
+            charts=slack.charts,
+            chart_windows=slack.chart_windows,
+            broadcast_resolution=slack.broadcast_resolution,
+        )
+
+    def _call(self, operation: str, fn: Callable[[], SlackResponse]) -> SlackResponse:
+        result: SlackResponse = self._retry.call(
+            lambda: _attempt(operation, fn), service=SERVICE, operation=operation
+        )
+        return result
+
+    def _post(self, channel: str, message: SlackMessage, **extra: Any) -> SlackResponse:
+        return self._call(
+            "chat.postMessage",
+            lambda: self._client.chat_postMessage(
+                channel=channel,
+                text=message.text,
+                blocks=message.blocks,
+                unfurl_links=False,
+                unfurl_media=False,
+                **extra,
+            ),
+        )
+
+    def open(self, incident: IncidentView) -> SlackRef:
+        """Post the parent message; returns where the thread lives."""
+        channel = self._routing.channel_for(incident.doc_type, incident.severity)
+        response = self._post(
+            channel,
+            slack_parent(incident),
+            metadata={
+                "event_type": "anchorwatch_incident",
+                "event_payload": {"incident_label": incident_label(incident.incident_id)},
+            },
+        )
+        ref = SlackRef(str(response["channel"]), str(response["ts"]))
+        log.info(
+            "slack thread opened",
+            extra={"incident_label": incident_label(incident.incident_id), "channel": ref.channel},
+        )
+        return ref
+
+    def update(
+        self, ref: SlackRef, incident: IncidentView, window_history: Sequence[WindowPoint] = ()
+    ) -> SlackResult:
+        """Reply in the thread (raises on failure: nothing was posted), then edit the parent
+        and upload the chart (best effort: failures are logged and returned)."""
+        reply = self._post(ref.channel, slack_update(incident), thread_ts=ref.ts)
+        problems: list[str] = []
+        parent = self._edit_parent(ref, incident, problems)
+        chart = False
+        points = list(window_history)[-self._chart_windows :]
+        if self._charts and points:
+            chart = self._upload_chart(ref, incident, points, problems)
+        return SlackResult(str(reply["ts"]), parent, chart, tuple(problems))
+
+    def resolve(self, ref: SlackRef, incident: IncidentView) -> SlackResult:
+        """The resolution reply (also shown in the channel), then the parent edited."""
+        reply = self._post(
+            ref.channel, slack_resolved(incident), thread_ts=ref.ts, reply_broadcast=self._broadcast
+        )
+        problems: list[str] = []
+        parent = self._edit_parent(ref, incident, problems)
+        return SlackResult(str(reply["ts"]), parent, False, tuple(problems))
+
+    def _edit_parent(self, ref: SlackRef, incident: IncidentView, problems: list[str]) -> bool:
+        message = slack_parent(incident)
+        try:
+            self._call(
+                "chat.update",
+                lambda: self._client.chat_update(
+                    channel=ref.channel, ts=ref.ts, text=message.text, blocks=message.blocks
+                ),
+            )
+        except NotifyError as error:
+            problems.append(str(error))
+            log.error("slack parent not updated", extra={"error": str(error)})
+            return False
+        return True
+
+    def _upload_chart(
+        self,
+        ref: SlackRef,
+        incident: IncidentView,
+        points: Sequence[WindowPoint],
+        problems: list[str],
+    ) -> bool:
+        label = incident_label(incident.incident_id)
+        try:
+            png = self._render_chart(points, chart_title(incident))
+        except Exception as exc:  # a chart is a nicety; never lose the update over it
+            problems.append(f"chart not rendered: {exc}")
+            log.exception("chart not rendered", extra={"incident_label": label})
+            return False
+        try:
+            self._call(
+                "files_upload_v2",
+                lambda: self._client.files_upload_v2(
+                    channel=ref.channel,
+                    thread_ts=ref.ts,
+                    content=png,
+                    filename=f"drift-{label}-{points[-1].window_start_ms}.png",
+                    title=chart_title(incident),
+                    alt_txt=chart_alt_text(incident, points),
+                ),
+            )
+        except NotifyError as error:
+            problems.append(str(error))
+            log.error("chart not uploaded", extra={"incident_label": label, "error": str(error)})
+            return False
+        return True
+
+
+def _default_chart(points: Sequence[WindowPoint], title: str) -> bytes:
+    from anchorwatch.alerting.chart import render_chart
+
+    return render_chart(points, title=title)
+
+
+class SlackWebhookNotifier:
+    """Incoming-webhook mode: each change is one full-state message; no threads, no charts,
+    no edits (a webhook cannot do them)."""
+
+    def __init__(self, client: WebhookClient, retry: RetryPolicy) -> None:
+        self._client = client
+        self._retry = retry
+
+    @classmethod
+    def from_settings(cls, slack: SlackSection, retry: RetryPolicy) -> SlackWebhookNotifier:
+        url = slack.webhook()
+        if url is None:
+            raise ValueError("slack.webhook_url: not set")
+        client = WebhookClient(
+            url.get_secret_value(), timeout=max(1, round(slack.timeout_s)), retry_handlers=[]
+        )
+        return cls(client, retry)
+
+    def _send(self, operation: str, message: SlackMessage) -> None:
+        def once() -> None:
+            try:
+                response = self._client.send(
+                    text=message.text, blocks=message.blocks, unfurl_links=False
+                )
+            except Exception as exc:
+                outcome = outcome_of(exc)
+                if outcome is None:
+                    raise
+                raise error_for(SERVICE, operation, outcome) from exc
+            retry_after = _header(response.headers, "Retry-After")
+            result = classify(response.status_code, response.body, retry_after)
+            if not isinstance(result, Ok):
+                raise error_for(SERVICE, operation, result)
+
+        self._retry.call(once, service=SERVICE, operation=operation)
+
+    def open(self, incident: IncidentView) -> None:
+        self._send("webhook.open", slack_parent(incident))
+
+    def update(self, incident: IncidentView) -> None:
+        self._send("webhook.update", slack_parent(incident))
+
+    def resolve(self, incident: IncidentView) -> None:
+        self._send("webhook.resolve", slack_parent(incident))
