@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 
 from anchorwatch.contracts import AnchorSnapshot, SnapshotEvent, WindowAggregate
@@ -9,7 +11,9 @@ from anchorwatch.slice import compare, percentile, reference_windows, run_scoped
 T0 = 1_764_403_200_000
 
 
-def event(t: int, doc: str, *drifts: float, status: str = "active") -> SnapshotEvent:
+def event(
+    t: int, doc: str, *drifts: float, status: Literal["active", "disabled"] = "active"
+) -> SnapshotEvent:
     anchors = [
         AnchorSnapshot(anchor_id=f"A{i}", position=i, l2_norm=1.0, cosine_angle=0.9,
                        kl_divergence=0.1 * (i + 1), drift_score=d,
@@ -23,7 +27,7 @@ def event(t: int, doc: str, *drifts: float, status: str = "active") -> SnapshotE
         snapshot_status=status,
         anchor_count=len(anchors),
         anchors=anchors,
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_reference_windows_compute_every_figure() -> None:
