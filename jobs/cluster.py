@@ -147,8 +147,11 @@ def submit(
             cmd += ["--fromSavepoint", savepoint]
         if parallelism:
             cmd += ["--parallelism", str(parallelism)]
+        # A process that ran a local Flink job carries PyFlink's worker flags; the CLI's
+        # Python driver must not inherit them.
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("PYFLINK_")}
         result = subprocess.run(
-            cmd, env={**os.environ, **env}, capture_output=True, text=True, check=False
+            cmd, env={**inherited, **env}, capture_output=True, text=True, check=False
         )
     found = _JOB_ID.search(result.stdout + result.stderr)
     if result.returncode != 0 or not found:

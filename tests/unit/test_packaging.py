@@ -37,7 +37,7 @@ def test_wheel_puts_only_anchorwatch_in_site_packages(tmp_path: Path) -> None:
     # The top-level jobs/, connectors/ and alerting/ ship under the project's name,
     # with the data files the code needs at run time.
     for path in (
-        "anchorwatch/jobs/window_counts.py",
+        "anchorwatch/jobs/drift_job.py",
         "anchorwatch/connectors/publisher.py",
         "anchorwatch/alerting/__init__.py",
         "anchorwatch/stack/pom.xml",
