@@ -219,7 +219,7 @@ _CHECKS = (
 )  # fmt: skip
 
 
-def _invalid_condition() -> str:
+def invalid_condition() -> str:
     return " OR ".join(f"({cond})" for _, _, cond in _CHECKS)
 
 
@@ -237,7 +237,7 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
     """Wire the whole job into one statement set (tables must be declared first)."""
     o = settings.job
     size_ms = o.window_size_s * 1000
-    valid = f"NOT ({_invalid_condition()})"
+    valid = f"NOT ({invalid_condition()})"
     # Only validated integers and constant text are interpolated into the SQL below.
     # On time: the watermark has not passed the event, so the window operator will count it.
     on_time = "CURRENT_WATERMARK(event_time) IS NULL OR event_time > CURRENT_WATERMARK(event_time)"
@@ -324,7 +324,7 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
     figures = windows.union_all(late)
     judge = JudgeWindows(
         JOB_VERSION,
-        StaticRule(o.static_threshold, o.static_critical_threshold, o.static_min_requests),
+        settings.policy.fallback,
         QualityLimits(o.quality_zero_anchor_share, o.quality_disabled_share,
                       o.quality_resample_share, o.quality_mean_kl_divergence),
     )  # fmt: skip

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
+from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.settings import Section, ServiceSettings
 
 
@@ -37,15 +38,6 @@ class JobOptions(Section):
     late_report_s: int = Field(
         10, ge=1, description="How often late events are tallied per doc type (processing time)."
     )
-    static_threshold: float = Field(
-        0.85, ge=0, le=1, description="Static rule for types without a baseline: warning above."
-    )
-    static_critical_threshold: float = Field(
-        0.9, ge=0, le=1, description="Static rule: critical above this window mean."
-    )
-    static_min_requests: int = Field(
-        6, ge=1, description="Static rule: fewest requests a window needs to breach."
-    )
     quality_zero_anchor_share: float = Field(
         0.2, ge=0, le=1, description="Diagnose 'no anchors' above this share of requests."
     )
@@ -63,12 +55,9 @@ class JobOptions(Section):
         description="Python the Flink workers run the per-window code with; unset: this one.",
     )
 
-    @model_validator(mode="after")
-    def _static_ordered(self) -> JobOptions:
-        if self.static_critical_threshold < self.static_threshold:
-            raise ValueError("static_critical_threshold: must not be below static_threshold")
-        return self
-
 
 class JobSettings(ServiceSettings):
     job: JobOptions = Field(default_factory=JobOptions)
+    # The static rule for types without a fitted baseline is the policy's fallback, so the
+    # job, the backtest and alerting fall back to the same figures.
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)

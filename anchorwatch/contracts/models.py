@@ -168,7 +168,10 @@ class Baseline(_Contract):
     history_end_ms: EpochMillis
     window_count: int = Field(ge=0, description="How many one-minute windows it rests on.")
     center: Probability = Field(description="Median of window mean drift.")
-    spread: NonNegative = Field(description="Robust spread (scaled MAD) of window means.")
+    spread: NonNegative = Field(
+        description="Robust spread of a window mean at typical_request_count requests; "
+        "at n requests: spread x sqrt(typical_request_count / n)."
+    )
     p95: Probability
     p99: Probability
     typical_request_count: NonNegative

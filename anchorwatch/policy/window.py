@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from anchorwatch.contracts import Baseline, Reason, WindowAggregate
 from anchorwatch.contracts.models import BreachLevel, RuleKind
 
+HOUR_MS = 3_600_000
+
 
 @dataclass(frozen=True)
 class StaticRule:
@@ -53,6 +55,25 @@ class Judgement:
     reasons: list[Reason] = field(default_factory=list)
 
 
+def hour_of_day(window_start_ms: int) -> int:
+    return (window_start_ms // HOUR_MS) % 24
+
+
+def baseline_at(baseline: Baseline, window_start_ms: int) -> Baseline:
+    """The baseline as it applies to the window starting at ``window_start_ms``: with an
+    hourly profile, center and thresholds move with that hour's center (the margins stay)."""
+    hourly = baseline.hourly_center
+    if hourly is None or baseline.status != "fitted":
+        return baseline
+    center = hourly[hour_of_day(window_start_ms)]
+    offset = center - baseline.center
+    threshold = min(1.0, max(0.0, baseline.threshold + offset))
+    critical = max(threshold, min(1.0, max(0.0, baseline.critical_threshold + offset)))
+    return baseline.model_copy(
+        update={"center": center, "threshold": threshold, "critical_threshold": critical}
+    )
+
+
 def judge_window(
     window: WindowAggregate,
     baseline: Baseline | None,
@@ -61,6 +82,7 @@ def judge_window(
 ) -> Judgement:
     reasons: list[Reason] = []
     if baseline is not None and baseline.status == "fitted":
+        baseline = baseline_at(baseline, window.window_start_ms)
         rule: RuleKind = "baseline"
         threshold, critical = baseline.threshold, baseline.critical_threshold
         min_requests, version = baseline.min_requests, baseline.version

@@ -1,0 +1,483 @@
+"""Backtest: replay a history of window aggregates through the detection policy.
+
+The core is pure: fit baselines on a prefix of the history (``fit_baselines``), replay the
+rest through an ``IncidentTracker`` (the same code the alerting service runs) and collect
+the incidents it would have opened. ``score`` compares incidents with labelled truth (the
+generator's incident labels). File readers turn CSV or NDJSON window files into
+``WindowAggregate`` records; ``aggregate_windows`` computes them from snapshot events with
+the Flink job's arithmetic (count, and the mean of the requests' mean drift).
+
+Input rows (CSV header or NDJSON keys; the contract's own names are accepted too, so a dump
+of the windows or verdicts topic replays as is):
+
+======================  =========================================================
+``doc_type``            document type
+``window_start``        epoch milliseconds or ISO 8601 (``window_start_ms``)
+``count``               requests in the window (``request_count``)
+``mean``                mean drift of the window (``mean_drift``)
+``window_end``          optional; default window_start + the window size
+others                  optional contract fields: ``max_drift``, ``p95_drift``,
+                        ``stddev_drift``, ``anchor_count``, ``disabled_share``,
+                        ``zero_anchor_share``, ``resample_share``,
+                        ``mean_kl_divergence``, ``late_count``
+======================  =========================================================
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any, Final
+
+import orjson
+
+from anchorwatch.contracts import Baseline, ContractError, SnapshotEvent, WindowAggregate, validate
+from anchorwatch.errors import AnchorwatchError
+from anchorwatch.policy.config import PolicyConfig
+from anchorwatch.policy.fitting import FitResult, fit_baselines, quantile
+from anchorwatch.policy.incidents import Incident, IncidentChange, IncidentTracker, final_incidents
+
+MINUTE_MS: Final = 60_000
+DRIFT_KINDS: Final = ("jump", "ramp")
+
+_ALIASES: Final = {
+    "window_start": "window_start_ms",
+    "window_end": "window_end_ms",
+    "count": "request_count",
+    "mean": "mean_drift",
+    "max": "max_drift",
+    "p95": "p95_drift",
+    "stddev": "stddev_drift",
+}
+_INTS: Final = frozenset({"request_count", "anchor_count", "late_count"})
+_TIMES: Final = frozenset({"window_start_ms", "window_end_ms"})
+_FLOATS: Final = frozenset(
+    {
+        "mean_drift",
+        "max_drift",
+        "p95_drift",
+        "stddev_drift",
+        "disabled_share",
+        "zero_anchor_share",
+        "resample_share",
+        "mean_kl_divergence",
+    }
+)
+_KNOWN: Final = _INTS | _TIMES | _FLOATS | {"doc_type"}
+
+
+class BacktestInputError(AnchorwatchError):
+    """A history or label file that cannot be read; names the file, line and field."""
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def aggregate_windows(
+    events: Iterable[SnapshotEvent], window_ms: int = MINUTE_MS
+) -> list[WindowAggregate]:
+    """One aggregate per (doc type, tumbling event-time window): request count and the mean
+    of the requests' mean drift, as the Flink job computes them. Sorted by window, type."""
+    sums: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for e in events:
+        acc = sums[(e.doc_type, e.event_time_ms - e.event_time_ms % window_ms)]
+        acc[0] += 1
+        acc[1] += e.mean_drift
+    return [
+        WindowAggregate(
+            doc_type=doc_type,
+            window_start_ms=start,
+            window_end_ms=start + window_ms,
+            request_count=int(n),
+            mean_drift=min(1.0, total / n),  # float sums may overshoot 1 by an ulp
+        )
+        for (doc_type, start), (n, total) in sorted(sums.items(), key=lambda kv: kv[0][::-1])
+    ]
+
+
+def parse_time_ms(value: object) -> int:
+    """Epoch milliseconds from an integer (or an integral string) or an ISO 8601 time
+    (UTC when it names no zone)."""
+    if isinstance(value, bool):
+        raise ValueError("expected epoch milliseconds or an ISO 8601 time")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            pass
+        else:
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+            return int(moment.timestamp() * 1000)
+    raise ValueError(f"expected epoch milliseconds or an ISO 8601 time, got {value!r}")
+
+
+def window_from_row(row: Mapping[str, Any], window_ms: int = MINUTE_MS) -> WindowAggregate:
+    """One input row (CSV strings or JSON values) as a validated window aggregate.
+
+    Raises ContractError naming the field."""
+    if isinstance(row.get("window"), dict):  # a verdict record: the window is inside
+        row = row["window"]
+    data: dict[str, Any] = {}
+    for key, value in row.items():
+        name = _ALIASES.get(key, key)
+        if name not in _KNOWN or value is None or value == "":
+            continue
+        try:
+            data[name] = _convert(name, value)
+        except ValueError as exc:
+            from anchorwatch.contracts import FieldProblem
+
+            raise ContractError("WindowAggregate", [FieldProblem(key, str(exc))]) from None
+    if "window_start_ms" in data and "window_end_ms" not in data:
+        data["window_end_ms"] = data["window_start_ms"] + window_ms
+    return validate(WindowAggregate, data)
+
+
+def _convert(name: str, value: Any) -> Any:
+    if name in _TIMES:
+        return parse_time_ms(value)
+    if name in _INTS:
+        if isinstance(value, str):
+            return int(value.strip())
+        return value
+    if name in _FLOATS and isinstance(value, str | int) and not isinstance(value, bool):
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError("must be a finite number")
+        return number
+    return value.strip() if isinstance(value, str) else value
+
+
+def read_windows(
+    source: IO[bytes] | Path, *, fmt: str | None = None, window_ms: int = MINUTE_MS
+) -> list[WindowAggregate]:
+    """Window aggregates from a CSV (``fmt="csv"`` or a ``.csv`` path) or NDJSON file."""
+    name = str(source) if isinstance(source, Path) else getattr(source, "name", "<stream>")
+    kind = fmt or ("csv" if name.lower().endswith(".csv") else "ndjson")
+    if isinstance(source, Path):
+        try:
+            with source.open("rb") as fh:
+                return _read(fh, name, kind, window_ms)
+        except OSError as exc:
+            raise BacktestInputError(f"{name}: {exc.strerror or exc}") from None
+    return _read(source, name, kind, window_ms)
+
+
+def _read(fh: IO[bytes], name: str, kind: str, window_ms: int) -> list[WindowAggregate]:
+    out: list[WindowAggregate] = []
+    for line_no, row in _rows(fh, name, kind):
+        try:
+            out.append(window_from_row(row, window_ms))
+        except ContractError as exc:
+            problems = "; ".join(str(p) for p in exc.problems)
+            raise BacktestInputError(f"{name}:{line_no}: {problems}") from None
+    return out
+
+
+def _rows(fh: IO[bytes], name: str, kind: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    if kind == "csv":
+        text = (line.decode("utf-8-sig" if i == 0 else "utf-8") for i, line in enumerate(fh))
+        reader = csv.DictReader(text)
+        missing = {"doc_type"} - set(reader.fieldnames or [])
+        if missing or reader.fieldnames is None:
+            raise BacktestInputError(f"{name}:1: the CSV header needs a doc_type column")
+        for row in reader:
+            yield reader.line_num, row
+        return
+    for line_no, raw in enumerate(fh, start=1):
+        if not raw.strip():
+            continue
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise BacktestInputError(f"{name}:{line_no}: not valid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise BacktestInputError(f"{name}:{line_no}: expected a JSON object")
+        yield line_no, value
+
+
+def read_baselines(source: Path) -> dict[str, Baseline]:
+    """Baseline records, one JSON object per line (as ``baseline fit --out`` writes them);
+    a later line for the same doc type wins, as on the compacted topic."""
+    out: dict[str, Baseline] = {}
+    try:
+        lines = source.read_bytes().splitlines()
+    except OSError as exc:
+        raise BacktestInputError(f"{source}: {exc.strerror or exc}") from None
+    for line_no, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            baseline = validate(Baseline, orjson.loads(raw))
+        except (orjson.JSONDecodeError, ContractError) as exc:
+            raise BacktestInputError(f"{source}:{line_no}: {exc}") from None
+        out[baseline.doc_type] = baseline
+    return out
+
+
+@dataclass(frozen=True)
+class Label:
+    """A labelled incident (the generator's ``*.labels.ndjson``)."""
+
+    doc_type: str
+    start_ms: int
+    end_ms: int
+    kind: str
+    magnitude: float = 0.0
+
+
+def read_labels(source: Path) -> list[Label]:
+    labels = []
+    try:
+        lines = source.read_bytes().splitlines()
+    except OSError as exc:
+        raise BacktestInputError(f"{source}: {exc.strerror or exc}") from None
+    for line_no, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            d = orjson.loads(raw)
+            labels.append(
+                Label(
+                    str(d["doc_type"]),
+                    int(d["start_ms"]),
+                    int(d["end_ms"]),
+                    str(d["kind"]),
+                    float(d.get("magnitude", 0.0)),
+                )
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise BacktestInputError(f"{source}:{line_no}: not a label: {exc!r}") from None
+    return labels
+
+
+# --------------------------------------------------------------------------- the replay
+
+
+def fit_until(
+    windows: Sequence[WindowAggregate],
+    *,
+    minutes: int | None = None,
+    fraction: float | None = None,
+) -> int:
+    """Where the fitting prefix ends: ``minutes`` after the first window, or ``fraction``
+    of the history's span (rounded down to a whole window)."""
+    if not windows:
+        raise BacktestInputError("the history holds no windows")
+    first = min(w.window_start_ms for w in windows)
+    last = max(w.window_end_ms for w in windows)
+    if minutes is not None:
+        return first + minutes * MINUTE_MS
+    share = 0.5 if fraction is None else fraction
+    size = windows[0].window_end_ms - windows[0].window_start_ms
+    cut = first + int((last - first) * share)
+    return cut - (cut - first) % size
+
+
+@dataclass(frozen=True)
+class BacktestResult:
+    fits: dict[str, FitResult]  # empty when baselines were given
+    baselines: dict[str, Baseline]
+    fit_windows: int
+    replayed_windows: int
+    replay_start_ms: int
+    replay_end_ms: int
+    changes: list[IncidentChange] = field(repr=False)
+    incidents: list[Incident]
+
+
+def backtest(
+    windows: Sequence[WindowAggregate],
+    policy: PolicyConfig,
+    *,
+    fit_until_ms: int,
+    baselines: Mapping[str, Baseline] | None = None,
+    fitted_at_ms: int | None = None,
+) -> BacktestResult:
+    """Fit on the windows that end by ``fit_until_ms`` (unless ``baselines`` are given),
+    replay the windows that start from it. Deterministic: the fit is dated at the cut."""
+    prefix = [w for w in windows if w.window_end_ms <= fit_until_ms]
+    rest = [w for w in windows if w.window_start_ms >= fit_until_ms]
+    fits: dict[str, FitResult] = {}
+    if baselines is None:
+        fits = fit_baselines(
+            prefix,
+            policy,
+            fitted_at_ms=fitted_at_ms if fitted_at_ms is not None else fit_until_ms,
+            history_end_ms=fit_until_ms,
+        )
+        baselines = {t: f.baseline for t, f in fits.items()}
+    tracker = IncidentTracker(policy, baselines)
+    changes = tracker.replay(rest)
+    return BacktestResult(
+        fits=fits,
+        baselines=dict(baselines),
+        fit_windows=len(prefix),
+        replayed_windows=len(rest),
+        replay_start_ms=fit_until_ms,
+        replay_end_ms=max((w.window_end_ms for w in rest), default=fit_until_ms),
+        changes=changes,
+        incidents=final_incidents(changes),
+    )
+
+
+def incident_record(incident: Incident) -> dict[str, Any]:
+    """The NDJSON line of an incident: every field, plus readable UTC times."""
+    record = incident.to_record()
+    record["opened_at"] = _iso(incident.opened_at_ms)
+    record["resolved_at"] = _iso(incident.resolved_at_ms) if incident.resolved_at_ms else None
+    return record
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+@dataclass(frozen=True)
+class Alert:
+    """What an operator sees: an incident from its opening (or re-opening) to its resolution."""
+
+    incident: Incident  # its latest state
+    start_ms: int  # start of the window that opened or re-opened it
+    end_ms: float  # when it resolved; infinity while still open
+
+    @property
+    def doc_type(self) -> str:
+        return self.incident.doc_type
+
+
+def alerts(changes: Iterable[IncidentChange]) -> list[Alert]:
+    """The alerts of a replay, in order of opening."""
+    opened: dict[str, int] = {}
+    latest: dict[str, Incident] = {}
+    out = []
+    for c in changes:
+        key = c.incident.incident_id
+        latest[key] = c.incident
+        if c.kind in ("opened", "reopened"):
+            opened[key] = c.window_start_ms
+        elif c.kind == "resolved" and key in opened:
+            end = c.incident.resolved_at_ms
+            out.append(Alert(c.incident, opened.pop(key), math.inf if end is None else end))
+    out += [Alert(latest[key], start, math.inf) for key, start in opened.items()]
+    return sorted(out, key=lambda a: (a.start_ms, a.doc_type))
+
+
+@dataclass(frozen=True)
+class Detection:
+    label: Label
+    alert: Alert
+    delay_windows: int | None  # None: an alert raised for an earlier incident was still open
+
+
+@dataclass(frozen=True)
+class Score:
+    """Incident-level precision and recall against labelled drift incidents."""
+
+    labels: list[Label]  # the positives scored (drift kinds inside the replayed span)
+    detections: list[Detection]
+    missed: list[Label]
+    true_alerts: list[Alert]
+    false_alerts: list[Alert]
+    type_days: float  # doc types x days replayed: the denominator of false alarms per day
+
+    @property
+    def precision(self) -> float:
+        alerts = len(self.true_alerts) + len(self.false_alerts)
+        return len(self.true_alerts) / alerts if alerts else 1.0
+
+    @property
+    def recall(self) -> float:
+        return len(self.detections) / len(self.labels) if self.labels else 1.0
+
+    def delays(self, kind: str | None = None) -> list[int]:
+        return sorted(
+            d.delay_windows
+            for d in self.detections
+            if d.delay_windows is not None and (kind is None or d.label.kind == kind)
+        )
+
+    def delay_quantile(self, q: float, kind: str | None = None) -> float | None:
+        values = self.delays(kind)
+        return quantile([float(v) for v in values], q) if values else None
+
+    @property
+    def false_alarms_per_type_day(self) -> float:
+        return len(self.false_alerts) / self.type_days if self.type_days else 0.0
+
+
+def score(
+    changes: Sequence[IncidentChange],
+    labels: Iterable[Label],
+    *,
+    replay_start_ms: int,
+    replay_end_ms: int,
+    doc_types: int,
+    window_ms: int = MINUTE_MS,
+    grace_windows: int = 1,
+    positive_kinds: Sequence[str] = DRIFT_KINDS,
+) -> Score:
+    """Match the alerts of a replay with labels of the same doc type.
+
+    An alert is true when it was raised (opened or re-opened) by a window inside a drift
+    label (``positive_kinds``) or within ``grace_windows`` after it (windows are judged when
+    they close), false otherwise: alerts during data-quality faults or quiet traffic, and
+    alerts raised before an incident that merely stay open into it, are false alarms. A
+    label is detected by a true alert raised inside it (its delay: the number of the label's
+    windows seen up to and including the one that raised the alert; 1 = its first window)
+    or, without one, by a true alert raised for an earlier incident that is still open
+    (no delay). Labels cut by either end of the replay are not scored, and alerts raised
+    inside them count neither way."""
+    grace = grace_windows * window_ms
+    drift = [lab for lab in labels if lab.kind in positive_kinds]
+    positives = [
+        lab for lab in drift if lab.start_ms >= replay_start_ms and lab.end_ms <= replay_end_ms
+    ]
+    cut = [lab for lab in drift if lab not in positives]
+
+    def raised_in(alert: Alert, lab: Label) -> bool:
+        return (
+            lab.doc_type == alert.doc_type and lab.start_ms <= alert.start_ms < lab.end_ms + grace
+        )
+
+    true_alerts, false_alerts = [], []
+    for alert in alerts(changes):
+        if any(raised_in(alert, lab) for lab in positives):
+            true_alerts.append(alert)
+        elif not any(raised_in(alert, lab) for lab in cut):
+            false_alerts.append(alert)
+    detections, missed = [], []
+    for lab in sorted(positives, key=lambda x: (x.start_ms, x.doc_type)):
+        raised = [a for a in true_alerts if raised_in(a, lab)]
+        if raised:
+            first = min(raised, key=lambda a: a.start_ms)
+            delay = (first.start_ms - lab.start_ms) // window_ms + 1
+            detections.append(Detection(lab, first, delay))
+            continue
+        still_open = [
+            a
+            for a in true_alerts
+            if a.doc_type == lab.doc_type and a.start_ms < lab.start_ms < a.end_ms
+        ]
+        if still_open:
+            detections.append(Detection(lab, still_open[0], None))
+        else:
+            missed.append(lab)
+    days = (replay_end_ms - replay_start_ms) / (24 * 60 * MINUTE_MS)
+    return Score(positives, detections, missed, true_alerts, false_alerts, doc_types * days)

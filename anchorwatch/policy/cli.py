@@ -1,0 +1,441 @@
+"""`anchorwatch baseline fit | show` and `anchorwatch backtest`: entry points only; the work
+is in anchorwatch.policy.fitting, anchorwatch.backtest and anchorwatch.jobs.baseline_fit."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from anchorwatch.contracts import Baseline, WindowAggregate
+from anchorwatch.errors import AnchorwatchError
+
+log = logging.getLogger(__name__)
+
+
+def _settings(ctx: click.Context, **job: Any) -> Any:
+    from anchorwatch.jobs.baseline_settings import BaselineSettings
+
+    root = ctx.find_root().obj
+    config = root.get("config") if isinstance(root, dict) else None
+    given = {k: v for k, v in job.items() if v is not None}
+    return BaselineSettings.load(config, **({"job": given} if given else {}))
+
+
+def _time(value: str | None, option: str) -> int | None:
+    from anchorwatch.backtest import parse_time_ms
+
+    if value is None:
+        return None
+    try:
+        return parse_time_ms(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+
+
+def _progress(label: str, total: int | None = None, unit: str = "window") -> Any:
+    from tqdm import tqdm
+
+    # Auto-disables when stderr is not a terminal, so CI logs stay readable.
+    return tqdm(total=total, desc=label, unit=unit, file=sys.stderr, disable=None)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
+def baseline_table(baselines: Iterable[Baseline]) -> str:
+    """One line per doc type: what it is compared with and what that rests on."""
+    head = (
+        f"{'doc type':<28} {'status':<12} {'windows':>7} {'center':>7} {'spread':>7} "
+        f"{'threshold':>9} {'critical':>8} {'min n':>5} {'typical n':>9} {'hourly':>6}  "
+        f"{'fitted at':<17} version"
+    )
+    lines = [head]
+    for b in sorted(baselines, key=lambda b: b.doc_type):
+        status = "fitted" if b.status == "fitted" else "too little"
+        name = b.doc_type if len(b.doc_type) <= 28 else b.doc_type[:27] + "~"
+        lines.append(
+            f"{name:<28} {status:<12} {b.window_count:>7} {b.center:>7.3f} {b.spread:>7.4f} "
+            f"{b.threshold:>9.3f} {b.critical_threshold:>8.3f} {b.min_requests:>5} "
+            f"{b.typical_request_count:>9.1f} {'yes' if b.hourly_center else 'no':>6}  "
+            f"{_iso(b.fitted_at_ms):<17} {b.version}"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- baseline
+
+
+@click.group("baseline")
+def baseline() -> None:
+    """Per doc type baselines: fit them on history, show the current ones."""
+
+
+@baseline.command("fit")
+@click.option("--since", help="Start of the history (epoch ms or ISO 8601). [default: all of it]")
+@click.option("--until", help="End of the history, exclusive. [default: all of it]")
+@click.option(
+    "--snapshots-file",
+    "files",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="NDJSON snapshot events (as on the snapshots topic) instead of the topic; "
+    "repeatable, files or directories.",
+)
+@click.option(
+    "--windows-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Window aggregates (CSV or NDJSON, see `backtest`) instead of snapshots: no Flink.",
+)
+@click.option(
+    "--from-topic",
+    type=click.Choice(["snapshots", "verdicts", "windows"]),
+    default="snapshots",
+    show_default=True,
+    help="Where the history is read from when no file is given: snapshots go through the "
+    "Flink batch job; verdicts and windows hold windows already.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the baselines here (NDJSON), for review.",
+)
+@click.option(
+    "--publish/--no-publish",
+    default=True,
+    show_default=True,
+    help="Write the baselines to the compacted baselines topic.",
+)
+@click.option("--window-size-s", type=int, help="Window size. [default: the job's, 60]")
+@click.option("--parallelism", type=int, help="Flink parallelism. [default: the job's, 1]")
+@click.pass_context
+def fit_cmd(
+    ctx: click.Context,
+    /,
+    since: str | None,
+    until: str | None,
+    files: tuple[Path, ...],
+    windows_file: Path | None,
+    from_topic: str,
+    out: Path | None,
+    publish: bool,
+    **job: Any,
+) -> None:
+    """Fit one baseline per doc type on a chosen history and publish it.
+
+    Per type: median and robust spread of the one-minute window means, high quantiles,
+    typical request count, an hourly profile when the history allows, and the thresholds
+    and minimum sample size every consumer compares windows with. Types with too little
+    history are marked so and keep the static rule."""
+    from anchorwatch.backtest import read_windows
+    from anchorwatch.jobs import baseline_fit
+    from anchorwatch.policy.fitting import fit_baselines
+    from anchorwatch.stack.jvm import fetch
+
+    settings = _settings(ctx, **job)
+    since_ms, until_ms = _time(since, "--since"), _time(until, "--until")
+    if files and windows_file:
+        raise click.UsageError("give --snapshots-file or --windows-file, not both")
+    if not publish and out is None:
+        raise click.UsageError("--no-publish needs --out: the fit would go nowhere")
+    size_ms = settings.job.window_size_s * 1000
+    started = time.monotonic()
+
+    windows: list[WindowAggregate]
+    if windows_file is not None:
+        windows = read_windows(windows_file, window_ms=size_ms)
+        source = str(windows_file)
+    elif files or from_topic == "snapshots":
+        source = ", ".join(map(str, files)) if files else settings.topics.snapshots
+        click.echo(f"aggregating {source} into windows (Flink, batch)...", err=True)
+        jar = None if files else fetch(settings.jvm.cache_dir)[0].kafka_connector_jar()
+        with _progress("windows") as bar:
+            windows = baseline_fit.aggregate_history(
+                settings,
+                connector_jar=jar,
+                files=files,
+                since_ms=since_ms,
+                until_ms=until_ms,
+                on_window=bar.update,
+            )
+    else:
+        topic = getattr(settings.topics, from_topic)
+        source = topic
+        windows = baseline_fit.windows_from_topic(
+            settings.kafka, topic, window_size_s=settings.job.window_size_s
+        )
+    windows = [
+        w
+        for w in windows
+        if (since_ms is None or w.window_start_ms >= since_ms)
+        and (until_ms is None or w.window_start_ms < until_ms)
+    ]
+    if not windows:
+        raise AnchorwatchError(f"no windows in {source} for the chosen time range")
+    types = len({w.doc_type for w in windows})
+    click.echo(f"{len(windows)} windows of {types} doc types from {source}", err=True)
+
+    with _progress("fitting", total=types, unit="type") as bar:
+        fits = fit_baselines(
+            windows,
+            settings.policy,
+            fitted_at_ms=int(time.time() * 1000),
+            history_start_ms=since_ms,
+            history_end_ms=until_ms,
+            on_type=lambda _t: bar.update(),
+        )
+    baselines = [f.baseline for f in fits.values()]
+    click.echo(baseline_table(baselines))
+    for doc_type, result in fits.items():
+        for note in result.notes:
+            click.echo(f"  {doc_type}: {note}")
+    if out is not None:
+        baseline_fit.write_baselines(out, baselines)
+        click.echo(f"wrote {len(baselines)} baselines to {out}", err=True)
+    if publish:
+        n = baseline_fit.publish_baselines(
+            settings.kafka,
+            settings.topics.baselines,
+            baselines,
+            timeout_s=settings.baseline.publish_timeout_s,
+        )
+        click.echo(f"published {n} baselines to {settings.topics.baselines}", err=True)
+    fitted = sum(1 for b in baselines if b.status == "fitted")
+    log.info(
+        "baselines fitted",
+        extra={
+            "doc_types": len(baselines),
+            "fitted": fitted,
+            "windows": len(windows),
+            "seconds": round(time.monotonic() - started, 1),
+        },
+    )
+
+
+@baseline.command("show")
+@click.argument("doc_type", required=False)
+@click.option(
+    "--from-file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Read baselines from this NDJSON file (as `fit --out` writes) instead of the topic.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON record per line, not a table.")
+@click.pass_context
+def show_cmd(
+    ctx: click.Context, doc_type: str | None, from_file: Path | None, as_json: bool
+) -> None:
+    """Print the current baselines (all, or DOC_TYPE's) from the compacted baselines topic.
+    Exit 1 when there is none to show."""
+    from anchorwatch.backtest import read_baselines as read_file
+    from anchorwatch.contracts import encode
+
+    if from_file is not None:
+        current = read_file(from_file)
+        where = str(from_file)
+    else:
+        from anchorwatch.jobs.baseline_fit import read_baselines
+
+        settings = _settings(ctx)
+        current = read_baselines(settings.kafka, settings.topics.baselines)
+        where = settings.topics.baselines
+    chosen = [b for t, b in current.items() if doc_type is None or t == doc_type]
+    if not chosen:
+        what = f"for doc type {doc_type!r}" if doc_type else ""
+        click.echo(f"no baseline {what} in {where}".replace("  ", " "), err=True)
+        ctx.exit(1)
+    if as_json:
+        for b in sorted(chosen, key=lambda b: b.doc_type):
+            click.echo(encode(b).decode())
+        return
+    click.echo(baseline_table(chosen))
+    if doc_type is not None and chosen[0].hourly_center:
+        hourly = chosen[0].hourly_center
+        click.echo(
+            "hourly center (UTC): " + " ".join(f"{h:02d}h={c:.3f}" for h, c in enumerate(hourly))
+        )
+
+
+# --------------------------------------------------------------------------- backtest
+
+
+@click.command("backtest")
+@click.argument(
+    "inputs", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True, path_type=Path)
+)
+@click.option(
+    "--from-topic",
+    type=click.Choice(["verdicts", "windows"]),
+    help="Replay the windows on this topic instead of files.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["csv", "ndjson"]),
+    help="Input format. [default: csv for *.csv, else ndjson]",
+)
+@click.option("--fit-until", help="Fit on windows before this time (epoch ms or ISO 8601).")
+@click.option("--fit-minutes", type=int, help="Fit on the first N minutes of the history.")
+@click.option(
+    "--fit-fraction",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="Fit on this share of the history's span. [default: 0.5]",
+)
+@click.option(
+    "--baselines",
+    "baselines_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Use these baselines (NDJSON, as `baseline fit --out` writes) instead of fitting; "
+    "the whole history is replayed unless --fit-until says otherwise.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    default=Path("-"),
+    show_default=True,
+    help="Where the incidents go (NDJSON), - for stdout.",
+)
+@click.option(
+    "--baselines-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the fitted baselines here.",
+)
+@click.option(
+    "--labels",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Labelled incidents (the generator's *.labels.ndjson): print precision, recall "
+    "and detection delay.",
+)
+@click.option(
+    "--window-size-s", type=int, help="Window size of rows without window_end. [default: 60]"
+)
+@click.pass_context
+def backtest(
+    ctx: click.Context,
+    /,
+    inputs: tuple[Path, ...],
+    from_topic: str | None,
+    fmt: str | None,
+    fit_until: str | None,
+    fit_minutes: int | None,
+    fit_fraction: float | None,
+    baselines_file: Path | None,
+    out: Path,
+    baselines_out: Path | None,
+    labels: Path | None,
+    window_size_s: int | None,
+) -> None:
+    """Replay a history of window aggregates through the detection policy and write the
+    incidents it would have opened, one JSON object per line (doc type, rule, severity,
+    opened at, resolved at, peak mean drift, ...).
+
+    INPUTS are CSV or NDJSON files with the columns doc_type, window_start (epoch ms or
+    ISO 8601), count, mean, and optionally window_end and the other window figures; a dump
+    of the verdicts or windows topic (`anchorwatch read`) works as is. Baselines are fitted
+    on a prefix of the history (--fit-until, --fit-minutes or --fit-fraction) and the rest
+    is replayed, or given with --baselines."""
+    from anchorwatch import backtest as bt
+
+    if bool(inputs) == bool(from_topic):
+        raise click.UsageError("give input files or --from-topic (one of them)")
+    if sum(x is not None for x in (fit_until, fit_minutes, fit_fraction)) > 1:
+        raise click.UsageError("give at most one of --fit-until, --fit-minutes, --fit-fraction")
+    settings = _settings(ctx, window_size_s=window_size_s)
+    size_ms = settings.job.window_size_s * 1000
+
+    windows = _read_inputs(inputs, fmt, size_ms) if inputs else _read_topic(settings, from_topic)
+    if not windows:
+        raise AnchorwatchError("the history holds no windows")
+    baselines = bt.read_baselines(baselines_file) if baselines_file is not None else None
+    cut = _time(fit_until, "--fit-until")
+    if cut is None:
+        if baselines is not None and fit_minutes is None and fit_fraction is None:
+            cut = min(w.window_start_ms for w in windows)
+        else:
+            cut = bt.fit_until(windows, minutes=fit_minutes, fraction=fit_fraction)
+
+    result = bt.backtest(windows, settings.policy, fit_until_ms=cut, baselines=baselines)
+    if result.replayed_windows == 0:
+        raise AnchorwatchError(
+            f"nothing to replay: every window starts before the fit cut {_iso(cut)}"
+        )
+    if baselines_out is not None:
+        from anchorwatch.jobs.baseline_fit import write_baselines
+
+        write_baselines(baselines_out, result.baselines.values())
+    lines = [orjson.dumps(bt.incident_record(i)) + b"\n" for i in result.incidents]
+    if str(out) == "-":
+        sys.stdout.buffer.write(b"".join(lines))
+        sys.stdout.flush()
+    else:
+        out.write_bytes(b"".join(lines))
+
+    fitted = sum(1 for b in result.baselines.values() if b.status == "fitted")
+    how = "given" if baselines is not None else f"fitted on {result.fit_windows} windows"
+    static = len({w.doc_type for w in windows}) - fitted
+    click.echo(
+        f"replayed {result.replayed_windows} windows from {_iso(result.replay_start_ms)} to "
+        f"{_iso(result.replay_end_ms)}; baselines {how}, {fitted} types on their baseline"
+        + (f", {static} on the static rule" if static else "")
+        + f"; {len(result.incidents)} incidents",
+        err=True,
+    )
+    for (doc_type, rule), n in sorted(
+        Counter((i.doc_type, i.rule) for i in result.incidents).items()
+    ):
+        click.echo(f"  {doc_type} [{rule}]: {n}", err=True)
+    if labels is not None:
+        _print_score(bt, result, bt.read_labels(labels), windows, size_ms)
+
+
+def _read_inputs(inputs: Sequence[Path], fmt: str | None, size_ms: int) -> list[WindowAggregate]:
+    from anchorwatch.backtest import read_windows
+
+    windows: list[WindowAggregate] = []
+    for path in inputs:
+        if str(path) == "-":
+            windows += read_windows(sys.stdin.buffer, fmt=fmt or "ndjson", window_ms=size_ms)
+        else:
+            windows += read_windows(path, fmt=fmt, window_ms=size_ms)
+    return windows
+
+
+def _read_topic(settings: Any, topic: str | None) -> list[WindowAggregate]:
+    from anchorwatch.jobs.baseline_fit import windows_from_topic
+
+    assert topic is not None
+    return windows_from_topic(
+        settings.kafka, getattr(settings.topics, topic), window_size_s=settings.job.window_size_s
+    )
+
+
+def _print_score(
+    bt: Any, result: Any, labels: Sequence[Any], windows: Sequence[WindowAggregate], size_ms: int
+) -> None:
+    s = bt.score(
+        result.changes,
+        labels,
+        replay_start_ms=result.replay_start_ms,
+        replay_end_ms=result.replay_end_ms,
+        doc_types=len({w.doc_type for w in windows}),
+        window_ms=size_ms,
+    )
+    med, p95 = s.delay_quantile(0.5), s.delay_quantile(0.95)
+    click.echo(
+        f"score: {len(s.labels)} drift incidents labelled in the replayed span; "
+        f"precision {s.precision:.3f}, recall {s.recall:.3f}, detection delay median "
+        f"{'-' if med is None else f'{med:.1f}'} / p95 {'-' if p95 is None else f'{p95:.1f}'} "
+        f"windows; {len(s.false_alerts)} false alarms "
+        f"({s.false_alarms_per_type_day:.2f} per type per day)",
+        err=True,
+    )
+    for lab in s.missed:
+        click.echo(f"  missed: {lab.kind} on {lab.doc_type} at {_iso(lab.start_ms)}", err=True)

@@ -1,0 +1,253 @@
+"""The detection policy's configuration: how baselines are fitted and when incidents open.
+
+One ``PolicyConfig`` is shared by everything that judges drift (the baseline fit, the Flink
+job's static fallback, the incident machine, the backtest), so a TOML ``[policy]`` section
+or ``ANCHORWATCH_POLICY__<FIELD>`` variables tune them all at once. Validated at load, with
+errors that name the field (``rules[1].open_after: ...``).
+
+The threshold figures themselves are not configured per type: the fit derives them from each
+type's own spread with the sensitivities below and stores them in the baseline record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, Self
+
+from pydantic import Field, ValidationError, model_validator
+
+from anchorwatch.errors import AnchorwatchError
+from anchorwatch.policy.window import StaticRule
+from anchorwatch.settings import Section
+
+Seasonality = Literal["auto", "hour_of_day", "off"]
+Comparison = Literal["baseline", "static"]
+
+
+class PolicyConfigError(AnchorwatchError, ValueError):
+    """A policy configuration that cannot be used; the message names every bad field."""
+
+
+class StaticRuleConfig(Section):
+    """Fixed figures for a rule that ignores baselines, and the fallback for types without one."""
+
+    threshold: float = Field(
+        0.85, ge=0.0, le=1.0, description="A window mean above this breaches (warning)."
+    )
+    critical_threshold: float = Field(
+        0.9, ge=0.0, le=1.0, description="A window mean above this is critical."
+    )
+    min_requests: int = Field(
+        6, ge=1, description="Windows with fewer requests are not judged (source: count > 5)."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.critical_threshold < self.threshold:
+            raise ValueError("critical_threshold: must not be below threshold")
+        return self
+
+    def rule(self) -> StaticRule:
+        return StaticRule(self.threshold, self.critical_threshold, self.min_requests)
+
+
+class RuleConfig(Section):
+    """One way of turning window judgements into incidents (a doc type has one incident per
+    rule at a time). ``compare="baseline"`` judges windows against the type's fitted baseline
+    (``static`` when the type has none); ``compare="static"`` always uses ``static``."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Names the rule in incidents and ids; keep it stable.",
+    )
+    compare: Comparison = Field("baseline", description="baseline or static.")
+    static: StaticRuleConfig = Field(
+        default_factory=StaticRuleConfig,
+        description="The figures of a static rule, or the fallback of a baseline rule.",
+    )
+    open_after: int = Field(
+        2, ge=1, le=1440, description="Consecutive breaching windows that open an incident."
+    )
+    open_after_critical: int = Field(
+        1, ge=1, le=1440, description="Consecutive critical windows that open an incident."
+    )
+    resolve_after: int = Field(
+        3, ge=1, le=1440, description="Consecutive clean windows that resolve an incident."
+    )
+    reopen_within: int = Field(
+        10,
+        ge=0,
+        le=10_080,
+        description="An incident that breaches again within this many windows of resolving "
+        "is re-opened (same id) instead of a new one being opened.",
+    )
+    resolve_when_silent: int = Field(
+        30,
+        ge=1,
+        le=10_080,
+        description="Resolve an open incident after this many windows without a conclusive "
+        "window (no traffic, or too few requests and no pooled evidence).",
+    )
+    pooling: bool = Field(
+        True,
+        description="Pool evidence across windows (CUSUM) so sparse types are judged too; "
+        "baseline rules only.",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.open_after_critical > self.open_after:
+            raise ValueError(
+                "open_after_critical: must not exceed open_after (critical is the stronger "
+                "evidence)"
+            )
+        if self.pooling and self.compare == "static":
+            raise ValueError("pooling: needs compare='baseline' (a static rule has no spread)")
+        return self
+
+
+def _default_rules() -> tuple[RuleConfig, ...]:
+    return (RuleConfig(name="drift"),)
+
+
+class PolicyConfig(Section):
+    """Fit (how thresholds follow from a type's history) and detection (how windows become
+    incidents). Every figure a window is compared with ends up in the baseline record."""
+
+    version: str = Field(
+        "p1",
+        min_length=1,
+        max_length=32,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Part of every incident id: bump it when a change should start new "
+        "incidents instead of continuing the old ones.",
+    )
+    # ---- fit: thresholds from each type's own spread
+    sensitivity: float = Field(
+        4.0,
+        gt=0.0,
+        le=50.0,
+        description="Warning threshold = center + sensitivity x spread (spread of a window "
+        "mean at the type's typical request count).",
+    )
+    critical_sensitivity: float = Field(
+        8.0, gt=0.0, le=100.0, description="Critical threshold = center + this x spread."
+    )
+    min_margin: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="The warning threshold is at least this far above the center (drift "
+        "units): smaller rises do not matter to anyone, however significant.",
+    )
+    critical_min_margin: float = Field(
+        0.2, ge=0.0, le=1.0, description="The critical threshold is at least this far above."
+    )
+    threshold_floor: float = Field(
+        0.0, ge=0.0, le=1.0, description="No type's warning threshold is below this drift."
+    )
+    significance: float = Field(
+        3.0,
+        gt=0.0,
+        le=20.0,
+        description="min_requests is the smallest n at which the margin (threshold - center) "
+        "is this many standard errors of an n-request window mean.",
+    )
+    min_requests_floor: int = Field(
+        3, ge=1, le=10_000, description="No type judges a window on fewer requests than this."
+    )
+    min_windows: int = Field(
+        60,
+        ge=2,
+        le=10_000_000,
+        description="Windows a type needs to get a fitted baseline; with fewer it is marked "
+        "insufficient_history and the static rule applies.",
+    )
+    seasonality: Seasonality = Field(
+        "auto",
+        description="hour_of_day: fit a center per UTC hour when the history allows; auto: "
+        "only when that also narrows the spread by seasonal_min_gain; off: never.",
+    )
+    seasonal_min_days: int = Field(
+        3, ge=1, le=365, description="Distinct days each hour of day must be seen on."
+    )
+    seasonal_min_windows_per_hour: int = Field(
+        30, ge=1, le=100_000, description="Windows each hour of day needs."
+    )
+    seasonal_min_gain: float = Field(
+        0.1,
+        ge=0.0,
+        lt=1.0,
+        description="auto: share by which the hourly profile must narrow the spread.",
+    )
+    # ---- pooling: evidence from windows too small to judge alone
+    pooling_shift: float = Field(
+        0.5,
+        gt=0.0,
+        le=10.0,
+        description="The CUSUM is tuned to detect a rise of this share of the margin "
+        "(threshold - center).",
+    )
+    pooling_threshold: float = Field(
+        12.0,
+        gt=0.0,
+        le=1000.0,
+        description="The CUSUM statistic (log-likelihood ratio) at which pooled evidence "
+        "counts as a breach; higher: fewer false alarms, later detection.",
+    )
+    # ---- detection
+    rules: tuple[RuleConfig, ...] = Field(
+        default_factory=_default_rules,
+        min_length=1,
+        description="Detection rules (JSON list in the environment, [[policy.rules]] in TOML).",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.critical_sensitivity < self.sensitivity:
+            raise ValueError("critical_sensitivity: must not be below sensitivity")
+        if self.critical_min_margin < self.min_margin:
+            raise ValueError("critical_min_margin: must not be below min_margin")
+        names = [r.name for r in self.rules]
+        if len(set(names)) != len(names):
+            raise ValueError(f"rules: names must be unique, got {names}")
+        return self
+
+    def rule(self, name: str) -> RuleConfig:
+        for r in self.rules:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    @property
+    def fallback(self) -> StaticRule:
+        """The static rule for types without a fitted baseline (the first baseline rule's)."""
+        for r in self.rules:
+            if r.compare == "baseline":
+                return r.static.rule()
+        return StaticRuleConfig().rule()
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> PolicyConfig:
+        """Validate a plain mapping (e.g. a TOML ``[policy]`` table); errors name the field."""
+        try:
+            return cls.model_validate(dict(data))
+        except ValidationError as exc:
+            raise PolicyConfigError(describe_errors(exc, "policy")) from None
+
+
+def describe_errors(exc: ValidationError, root: str) -> str:
+    lines = [f"invalid {root} configuration:"]
+    for err in exc.errors(include_url=False, include_input=False):
+        path = root
+        for part in err["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else f".{part}"
+        msg = str(err["msg"])
+        # Cross-field checks raise "field: reason" from a model validator.
+        if msg.startswith("Value error, ") and ": " in msg:
+            field, _, msg = msg.removeprefix("Value error, ").partition(": ")
+            path += f".{field}"
+        lines.append(f"  {path}: {msg}")
+    return "\n".join(lines)

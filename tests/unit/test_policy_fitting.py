@@ -1,0 +1,225 @@
+"""Baseline fitting: robust statistics, thresholds from the type's own spread, minimum sample
+size, too little history, and the hourly profile on and off."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from anchorwatch.contracts import Baseline, WindowAggregate
+from anchorwatch.policy.config import PolicyConfig
+from anchorwatch.policy.fitting import (
+    fit_baseline,
+    fit_baselines,
+    median,
+    quantile,
+    robust_sigma,
+    spread_at,
+)
+from anchorwatch.policy.window import baseline_at, judge_window
+
+T0 = 1_764_374_400_000  # 2025-11-29T00:00Z: hour 0 of a day
+MIN = 60_000
+
+
+def w(i: int, mean: float, n: int, doc_type: str = "nda") -> WindowAggregate:
+    return WindowAggregate(
+        doc_type=doc_type,
+        window_start_ms=T0 + i * MIN,
+        window_end_ms=T0 + (i + 1) * MIN,
+        request_count=n,
+        mean_drift=min(1.0, max(0.0, mean)),
+    )
+
+
+def synthetic(
+    count: int,
+    *,
+    center: float = 0.3,
+    sigma: float = 0.06,
+    rate: float = 20.0,
+    seed: int = 1,
+    daily: float = 0.0,
+) -> list[WindowAggregate]:
+    """Windows whose requests have drift N(center (+ a daily cycle), sigma): the mean of n
+    of them is N(center, sigma / sqrt(n)); n is Poisson(rate), windows with n = 0 absent."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        n = _poisson(rng, rate)
+        if n == 0:
+            continue
+        hour = (i // 60) % 24
+        level = center + daily * math.sin(2 * math.pi * hour / 24)
+        out.append(w(i, rng.gauss(level, sigma / math.sqrt(n)), n))
+    return out
+
+
+def _poisson(rng: random.Random, lam: float) -> int:
+    n, t = 0, rng.expovariate(lam)
+    while t < 1.0:
+        n += 1
+        t += rng.expovariate(lam)
+    return n
+
+
+def fit(windows: list[WindowAggregate], **policy: object) -> tuple[Baseline, tuple[str, ...]]:
+    first = min(x.window_start_ms for x in windows)
+    last = max(x.window_end_ms for x in windows)
+    result = fit_baseline(
+        "nda",
+        windows,
+        PolicyConfig.model_validate(policy),
+        fitted_at_ms=last,
+        history_start_ms=first,
+        history_end_ms=last,
+    )
+    return result.baseline, result.notes
+
+
+def test_robust_statistics_ignore_a_minority_of_outliers() -> None:
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([1.0, 2.0, 3.0, 4.0]) == 2.5
+    assert quantile([0.0, 10.0], 0.95) == pytest.approx(9.5)
+    rng = random.Random(3)
+    clean = [rng.gauss(0.0, 1.0) for _ in range(4000)]
+    assert robust_sigma(clean) == pytest.approx(1.0, rel=0.06)
+    # A fifth of the values far off moves the robust figures only a little.
+    dirty = clean[:3200] + [50.0] * 800
+    assert abs(median(dirty)) < 0.35
+    assert robust_sigma(dirty) < 1.4
+
+
+@pytest.mark.parametrize(("rate", "sigma"), [(60.0, 0.05), (12.0, 0.08), (1.5, 0.07)])
+def test_spread_is_the_window_mean_spread_at_the_typical_request_count(
+    rate: float, sigma: float
+) -> None:
+    b, _ = fit(synthetic(3000, sigma=sigma, rate=rate), seasonality="off")
+    assert b.status == "fitted"
+    assert b.center == pytest.approx(0.3, abs=0.01)
+    # spread * sqrt(typical) recovers the per-request sigma, busy or sparse.
+    assert b.spread * math.sqrt(b.typical_request_count) == pytest.approx(sigma, rel=0.08)
+    assert b.typical_request_count == pytest.approx(rate, rel=0.15, abs=1)
+    assert spread_at(b, 4 * int(b.typical_request_count)) == pytest.approx(b.spread / 2)
+
+
+def test_thresholds_follow_the_spread_with_a_floor_on_the_margin() -> None:
+    wide, _ = fit(synthetic(2000, sigma=0.1, rate=5), seasonality="off")
+    assert wide.threshold == pytest.approx(wide.center + 4.0 * wide.spread)
+    assert wide.critical_threshold == pytest.approx(wide.center + 8.0 * wide.spread)
+    # A busy, tight type: 4 spreads is a rise nobody cares about; the margin floor rules.
+    tight, _ = fit(synthetic(2000, sigma=0.02, rate=100), seasonality="off")
+    assert 4.0 * tight.spread < 0.05
+    assert tight.threshold == pytest.approx(tight.center + 0.05)
+    assert tight.critical_threshold == pytest.approx(tight.center + 0.2)
+    floored, _ = fit(synthetic(2000, sigma=0.02, rate=100), seasonality="off", threshold_floor=0.6)
+    assert floored.threshold == 0.6
+    assert floored.critical_threshold >= floored.threshold
+    other, _ = fit(synthetic(2000, sigma=0.1, rate=5), seasonality="off", sensitivity=6.0)
+    assert other.threshold - other.center == pytest.approx(1.5 * (wide.threshold - wide.center))
+
+
+def test_min_requests_is_where_one_window_is_precise_enough() -> None:
+    b, _ = fit(synthetic(2000, sigma=0.1, rate=40), seasonality="off")
+    margin = b.threshold - b.center
+
+    def enough(n: int) -> bool:
+        return 3.0 * spread_at(b, n) <= margin + 1e-12
+
+    assert enough(b.min_requests)
+    assert not enough(b.min_requests - 1)
+    # 4 spreads of margin, 3 standard errors: (3/4)^2 of the typical count.
+    assert b.min_requests == math.ceil(b.typical_request_count * (3 / 4) ** 2)
+    # It depends on the type's spread, not on a fixed 5: busy tight types need few.
+    tight, _ = fit(synthetic(2000, sigma=0.02, rate=100), seasonality="off")
+    assert tight.min_requests < b.min_requests
+    sparse, _ = fit(synthetic(2000, sigma=0.1, rate=1.5), seasonality="off")
+    assert sparse.min_requests == 3  # min_requests_floor: sparse types are pooled instead
+
+
+def test_incidents_in_the_history_barely_move_the_baseline() -> None:
+    clean = synthetic(2000, sigma=0.06, rate=20)
+    b0, _ = fit(clean, seasonality="off")
+    spoiled = [
+        w(i, x.mean_drift + 0.3, x.request_count) if i % 10 < 2 else x for i, x in enumerate(clean)
+    ]
+    b1, _ = fit(spoiled, seasonality="off")
+    assert abs(b1.center - b0.center) < 0.5 * b0.spread
+    assert b1.spread < 1.5 * b0.spread
+    assert b1.p99 > b0.p99 + 0.2  # the quantiles do show what happened
+
+
+def test_a_type_that_runs_too_hot_to_rise_says_so() -> None:
+    b, notes = fit(synthetic(500, center=0.98, sigma=0.01, rate=30), seasonality="off")
+    assert b.threshold == 1.0
+    assert any("cannot breach" in n for n in notes)
+
+
+def test_too_little_history_keeps_the_static_rule() -> None:
+    windows = synthetic(40, rate=20)
+    b, notes = fit(windows)
+    assert b.status == "insufficient_history"
+    assert b.window_count == len(windows)
+    assert (b.threshold, b.critical_threshold, b.min_requests) == (0.85, 0.9, 6)
+    assert "insufficient history" in notes[0]
+    verdict = judge_window(w(99, 0.5, 30), b)
+    assert verdict.rule == "static"
+    assert verdict.breach_level == "none"
+    assert fit(windows, min_windows=20)[0].status == "fitted"
+
+
+def test_seasonality_on_fits_an_hourly_profile_and_moves_the_thresholds_with_it() -> None:
+    days = 4
+    windows = synthetic(days * 1440, sigma=0.06, rate=30, daily=0.1)
+    b, notes = fit(windows)
+    assert b.hourly_center is not None, notes
+    for hour, c in enumerate(b.hourly_center):
+        assert c == pytest.approx(0.3 + 0.1 * math.sin(2 * math.pi * hour / 24), abs=0.01)
+    flat, _ = fit(windows, seasonality="off")
+    # The daily swing is not noise: without the profile it inflates the spread.
+    assert b.spread < flat.spread / 2
+    # At 06h the center is 0.4: the thresholds move up with it, keeping their margin.
+    at_six = baseline_at(b, T0 + 6 * 3_600_000)
+    assert at_six.center == pytest.approx(b.hourly_center[6])
+    assert at_six.threshold - at_six.center == pytest.approx(b.threshold - b.center)
+    busy_morning = w(6 * 60 + 5, 0.42, 30)
+    assert judge_window(busy_morning, at_six).breach_level == "none"
+    assert judge_window(busy_morning, b).breach_level != "none"  # the flat figures would fire
+
+
+def test_seasonality_needs_enough_days_and_says_why_not() -> None:
+    one_day = synthetic(1440, rate=30, daily=0.1)
+    b, notes = fit(one_day)
+    assert b.hourly_center is None
+    assert any("seasonality off" in n and "3" in n for n in notes)
+    b, notes = fit(synthetic(4 * 1440, rate=30, daily=0.1), seasonality="off")
+    assert b.hourly_center is None
+    assert not notes
+
+
+def test_seasonality_auto_skips_a_profile_that_does_not_help() -> None:
+    flat = synthetic(4 * 1440, rate=30)
+    b, notes = fit(flat)
+    assert b.hourly_center is None
+    assert any("seasonality not used" in n for n in notes)
+    forced, _ = fit(flat, seasonality="hour_of_day")
+    assert forced.hourly_center is not None
+
+
+def test_fit_baselines_fits_each_type_and_versions_are_deterministic() -> None:
+    windows = synthetic(200, rate=10) + [
+        w(i, 0.6, 40, doc_type="medical_report") for i in range(100)
+    ]
+    seen: list[str] = []
+    fits = fit_baselines(windows, PolicyConfig(), fitted_at_ms=T0 + 10**7, on_type=seen.append)
+    assert set(fits) == {"nda", "medical_report"} == set(seen)
+    b = fits["medical_report"].baseline
+    assert (b.history_start_ms, b.history_end_ms) == (T0, T0 + 200 * MIN)
+    assert b.center == 0.6
+    again = fit_baselines(windows, PolicyConfig(), fitted_at_ms=T0 + 10**7)
+    assert again["nda"].baseline == fits["nda"].baseline
+    later = fit_baselines(windows, PolicyConfig(), fitted_at_ms=T0 + 10**7 + 1)
+    assert later["nda"].baseline.version != fits["nda"].baseline.version
+    assert fit_baselines([], PolicyConfig(), fitted_at_ms=T0) == {}

@@ -1,0 +1,353 @@
+"""The incident state machine: open, update, resolve, re-open; hysteresis; sparse types
+through pooled evidence; the source's sustained rule in the same configuration; replays."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+import pytest
+
+from anchorwatch.contracts import Baseline, Verdict, WindowAggregate, verdict_id
+from anchorwatch.policy.config import PolicyConfig, RuleConfig, StaticRuleConfig
+from anchorwatch.policy.incidents import (
+    IncidentChange,
+    IncidentTracker,
+    drift_event,
+    final_incidents,
+    incident_id,
+)
+
+T0 = 1_764_403_200_000
+MIN = 60_000
+CLEAN, WARN, CRIT = 0.30, 0.37, 0.50
+
+
+def baseline(doc_type: str = "nda", **kw: Any) -> Baseline:
+    fields: dict[str, Any] = {
+        "doc_type": doc_type,
+        "version": "b-test",
+        "status": "fitted",
+        "fitted_at_ms": T0,
+        "history_start_ms": T0 - 86_400_000,
+        "history_end_ms": T0,
+        "window_count": 1440,
+        "center": 0.30,
+        "spread": 0.01,
+        "p95": 0.32,
+        "p99": 0.33,
+        "typical_request_count": 40.0,
+        "threshold": 0.35,
+        "critical_threshold": 0.45,
+        "min_requests": 10,
+    }
+    return Baseline(**{**fields, **kw})
+
+
+def win(minute: int, mean: float, n: int = 40, doc_type: str = "nda") -> WindowAggregate:
+    return WindowAggregate(
+        doc_type=doc_type,
+        window_start_ms=T0 + minute * MIN,
+        window_end_ms=T0 + (minute + 1) * MIN,
+        request_count=n,
+        mean_drift=mean,
+    )
+
+
+def feed(
+    tracker: IncidentTracker, means: Sequence[float | None], start: int = 0
+) -> list[IncidentChange]:
+    """One window per minute; None leaves the minute without a window."""
+    changes: list[IncidentChange] = []
+    for i, mean in enumerate(means):
+        if mean is not None:
+            changes += tracker.observe(win(start + i, mean))
+    return changes
+
+
+def tracker(**rule: Any) -> IncidentTracker:
+    """The window-level machine alone; pooling has tests of its own."""
+    rule.setdefault("pooling", False)
+    return IncidentTracker(
+        PolicyConfig(rules=(RuleConfig(name="drift", **rule),)), {"nda": baseline()}
+    )
+
+
+def kinds(changes: list[IncidentChange]) -> list[tuple[str, int]]:
+    return [(c.kind, (c.window_start_ms - T0) // MIN) for c in changes]
+
+
+def test_opens_after_the_configured_breaching_windows_not_before() -> None:
+    t = tracker(open_after=3)
+    assert feed(t, [CLEAN, WARN, WARN]) == []
+    changes = feed(t, [WARN], start=3)
+    assert kinds(changes) == [("opened", 3)]
+    inc = changes[0].incident
+    assert inc.first_breach_ms == T0 + 1 * MIN
+    assert inc.opened_at_ms == T0 + 4 * MIN  # when the opening window closed
+    assert inc.severity == "warning"
+    assert inc.evidence == "window"
+    assert inc.incident_id == incident_id("p1", "drift", "nda", T0 + 3 * MIN)
+    assert inc.baseline_version == "b-test"
+    assert t.open_incidents() == [inc]
+
+
+def test_a_clean_window_breaks_the_run() -> None:
+    t = tracker(open_after=2)
+    assert feed(t, [WARN, CLEAN, WARN, CLEAN, WARN]) == []
+
+
+def test_critical_opens_at_once_and_warning_escalates() -> None:
+    t = tracker()
+    assert kinds(feed(t, [CRIT])) == [("opened", 0)]
+    assert t.open_incidents()[0].severity == "critical"
+    t = tracker()
+    changes = feed(t, [WARN, WARN, WARN, CRIT, WARN])
+    assert kinds(changes) == [("opened", 1), ("updated", 3)]
+    assert changes[1].incident.severity == "critical"
+    assert changes[1].incident.incident_id == changes[0].incident.incident_id
+    # Severity only goes up while open: no update back to warning.
+    assert t.open_incidents()[0].severity == "critical"
+
+
+def test_resolves_after_clean_windows_with_hysteresis() -> None:
+    t = tracker(resolve_after=3)
+    changes = feed(t, [WARN, WARN, CLEAN, CLEAN, WARN, CLEAN, CLEAN, CLEAN, CLEAN])
+    assert kinds(changes) == [("opened", 1), ("resolved", 7)]
+    inc = changes[-1].incident
+    assert inc.resolved_at_ms == T0 + 8 * MIN
+    assert inc.resolution == "clean"
+    assert inc.breach_windows == 3
+    assert inc.peak_mean_drift == WARN
+    assert t.open_incidents() == []
+
+
+def test_a_flapping_type_keeps_one_incident() -> None:
+    t = tracker(open_after=2, resolve_after=3)
+    flapping = [WARN, WARN] + [CLEAN, WARN] * 30 + [CLEAN] * 3
+    changes = feed(t, flapping)
+    assert kinds(changes) == [("opened", 1), ("resolved", len(flapping) - 1)]
+
+
+def test_reopens_the_same_incident_within_the_window_and_opens_a_new_one_after() -> None:
+    t = tracker(resolve_after=2, reopen_within=5)
+    first = feed(t, [WARN, WARN, CLEAN, CLEAN])
+    assert kinds(first) == [("opened", 1), ("resolved", 3)]
+    again = feed(t, [CLEAN, WARN, WARN], start=4)
+    assert kinds(again) == [("reopened", 6)]
+    assert again[0].incident.incident_id == first[0].incident.incident_id
+    assert again[0].incident.reopened == 1
+    assert again[0].incident.resolved_at_ms is None
+    assert again[0].incident.breach_windows == 4
+    resolved = feed(t, [CLEAN, CLEAN], start=7)
+    later = feed(t, [CLEAN] * 10 + [WARN, WARN], start=9)
+    assert kinds(resolved) == [("resolved", 8)]
+    assert kinds(later) == [("opened", 20)]
+    assert later[0].incident.incident_id != first[0].incident.incident_id
+    assert len(final_incidents(first + again + resolved + later)) == 2
+
+
+def test_too_few_requests_neither_counts_nor_breaks_the_clean_run() -> None:
+    t = tracker(resolve_after=3)
+    changes = feed(t, [WARN, WARN, CLEAN])
+    changes += t.observe(win(3, CRIT, n=3))  # below min_requests 10: not judged
+    changes += feed(t, [CLEAN, CLEAN], start=4)
+    assert kinds(changes) == [("opened", 1), ("resolved", 5)]
+
+
+def test_breaches_must_be_consecutive_in_event_time() -> None:
+    t = tracker(open_after=2)
+    assert feed(t, [WARN, None, WARN]) == []
+    assert kinds(feed(t, [WARN], start=3)) == [("opened", 3)]
+
+
+def test_silence_resolves_an_open_incident() -> None:
+    t = tracker(resolve_when_silent=5)
+    assert kinds(feed(t, [WARN, WARN])) == [("opened", 1)]
+    assert t.advance("nda", T0 + 6 * MIN) == []  # 4 silent windows so far
+    changes = t.advance("nda", T0 + 7 * MIN)
+    assert kinds(changes) == [("resolved", 6)]
+    assert changes[0].incident.resolution == "silent"
+    assert changes[0].window is None
+    # A long gap between two windows is handled the same way, without looping over it.
+    t = tracker(resolve_when_silent=5)
+    feed(t, [WARN, WARN])
+    changes = t.observe(win(10**6, CLEAN))
+    assert [c.kind for c in changes] == ["resolved"]
+
+
+def test_duplicates_and_late_windows_are_ignored_and_replays_are_identical() -> None:
+    rng = random.Random(5)
+    means = [rng.choice([CLEAN] * 7 + [WARN, WARN, CRIT]) for _ in range(300)]
+    first = feed(tracker(), means)
+    assert len(first) > 10
+    t = tracker()
+    again: list[IncidentChange] = []
+    for i, mean in enumerate(means):
+        again += t.observe(win(i, mean))
+        again += t.observe(win(i, mean))  # at-least-once delivery
+        if i > 2:
+            again += t.observe(win(i - 2, CRIT))  # a straggler for an old window
+    assert [(c.kind, c.incident) for c in again] == [(c.kind, c.incident) for c in first]
+
+
+def test_state_survives_a_restart() -> None:
+    rng = random.Random(9)
+    means = [rng.choice([CLEAN, CLEAN, WARN, WARN, CRIT]) for _ in range(200)]
+    whole = feed(tracker(), means)
+    t1 = tracker()
+    part = feed(t1, means[:97])
+    saved = orjson.loads(orjson.dumps(t1.export_state()))  # e.g. kept in a database
+    t2 = IncidentTracker(t1.policy, {"nda": baseline()}, state=saved)
+    part += feed(t2, means[97:], start=97)
+    assert [(c.kind, c.incident) for c in part] == [(c.kind, c.incident) for c in whole]
+    # Another policy version starts afresh (its ids differ anyway).
+    fresh = IncidentTracker(PolicyConfig(version="p2"), state=t1.export_state())
+    assert fresh.open_incidents() == []
+
+
+def sparse_baseline() -> Baseline:
+    # A type with ~1 request a minute and per-request sigma 0.06.
+    return baseline(
+        "sparse", center=0.30, spread=0.06, typical_request_count=1.0, threshold=0.54,
+        critical_threshold=0.78, min_requests=3,
+    )  # fmt: skip
+
+
+def sparse_traffic(
+    rng: random.Random, minutes: int, start: int, shift: float = 0.0
+) -> list[WindowAggregate]:
+    out = []
+    for m in range(minutes):
+        n = sum(1 for _ in range(3) if rng.random() < 0.35)  # ~1 request a minute, often 0
+        if n:
+            mean = sum(rng.gauss(0.30 + shift, 0.06) for _ in range(n)) / n
+            out.append(win(start + m, min(1.0, max(0.0, mean)), n=n, doc_type="sparse"))
+    return out
+
+
+@pytest.mark.parametrize("pooling", [True, False])
+def test_sparse_types_are_detected_by_pooling_evidence(pooling: bool) -> None:
+    policy = PolicyConfig(rules=(RuleConfig(name="drift", pooling=pooling),))
+    rng = random.Random(21)
+    t = IncidentTracker(policy, {"sparse": sparse_baseline()})
+    windows = sparse_traffic(rng, 60, 0) + sparse_traffic(rng, 10, 60, shift=0.2)
+    changes: list[IncidentChange] = []
+    for x in windows:
+        changes += t.observe(x)
+    opened = [c for c in changes if c.kind == "opened"]
+    if not pooling:
+        # No window has enough requests to be judged alone: the rise goes unseen.
+        assert opened == []
+        return
+    assert len(opened) == 1
+    assert opened[0].incident.evidence == "pooled"
+    assert 60 <= (opened[0].window_start_ms - T0) // MIN < 66  # within a few minutes
+    # Once the type is back to normal, the pooled evidence decays and the incident resolves.
+    for x in sparse_traffic(rng, 60, 70):
+        changes += t.observe(x)
+    assert changes[-1].kind == "resolved"
+
+
+def test_pooling_stays_quiet_on_a_month_of_clean_sparse_traffic() -> None:
+    t = IncidentTracker(PolicyConfig(), {"sparse": sparse_baseline()})
+    changes: list[IncidentChange] = []
+    for x in sparse_traffic(random.Random(4), 30 * 1440, 0):
+        changes += t.observe(x)
+    assert changes == []
+
+
+def test_the_sources_sustained_rule_is_a_rule_of_the_same_configuration() -> None:
+    # drift_score > 0.9 sustained for 3 minutes -> ANCHOR_DRIFT_ALERT
+    sustained = RuleConfig(
+        name="sustained_above_0.9",
+        compare="static",
+        static=StaticRuleConfig(threshold=0.9, critical_threshold=0.9, min_requests=1),
+        open_after=3,
+        open_after_critical=3,
+        resolve_after=1,
+        pooling=False,
+    )
+    policy = PolicyConfig.from_mapping(
+        {"rules": [RuleConfig(name="drift").model_dump(), sustained.model_dump()]}
+    )
+    t = IncidentTracker(policy, {"nda": baseline()})
+    changes = feed(t, [0.95, 0.95, 0.9, 0.95, 0.95])  # 0.9 is not above 0.9
+    assert [(c.kind, c.incident.rule) for c in changes] == [("opened", "drift")]
+    changes = feed(t, [0.95], start=5)
+    assert [(c.kind, c.incident.rule) for c in changes] == [("opened", "sustained_above_0.9")]
+    assert changes[0].incident.first_breach_ms == T0 + 3 * MIN
+    event = drift_event(changes[0], emitted_at_ms=T0 + 6 * MIN)
+    assert event.event_type == "ANCHOR_DRIFT_ALERT"
+
+
+def test_types_without_a_baseline_use_the_static_fallback() -> None:
+    t = IncidentTracker(PolicyConfig(), {})
+    assert feed(t, [0.8] * 5) == []
+    changes = feed(t, [0.86, 0.86], start=5)
+    assert kinds(changes) == [("opened", 6)]
+    assert changes[0].incident.baseline_version is None
+    assert changes[0].incident.threshold == 0.85
+
+
+def test_the_flink_jobs_verdict_is_used_as_judged() -> None:
+    t = tracker()
+
+    def verdict(minute: int, level: str) -> Verdict:
+        window = win(minute, CLEAN)
+        return Verdict(
+            verdict_id=verdict_id("nda", window.window_start_ms, "1"),
+            job_version="1",
+            window=window,
+            rule="baseline",
+            baseline_version="b-other",
+            threshold=0.29,
+            critical_threshold=0.4,
+            min_requests=5,
+            breach_level=level,  # type: ignore[arg-type]
+        )
+
+    changes = t.observe_verdict(verdict(0, "warning")) + t.observe_verdict(verdict(1, "warning"))
+    assert kinds(changes) == [("opened", 1)]
+    assert changes[0].incident.baseline_version == "b-other"
+
+
+def test_hourly_baselines_move_the_threshold_with_the_hour() -> None:
+    hourly = [0.30] * 24
+    hourly[10] = 0.40  # 10h UTC runs hot every day (T0 is 08:00Z)
+    t = IncidentTracker(PolicyConfig(), {"nda": baseline(hourly_center=hourly)})
+    assert feed(t, [0.42] * 5, start=2 * 60) == []  # within 0.05 of that hour's center
+    assert kinds(feed(t, [0.42] * 2, start=3 * 60)) == [("opened", 3 * 60 + 1)]
+
+
+def test_pooling_on_a_busy_type_joins_windows_just_under_the_threshold() -> None:
+    # Each window is 4.5 spreads up, under the 5-spread threshold: no single window
+    # breaches, but three in a row are strong evidence together.
+    just_under = 0.345
+    assert feed(tracker(), [just_under] * 10) == []
+    changes = feed(tracker(pooling=True), [just_under] * 10)
+    assert [c.kind for c in changes][:1] == ["opened"]
+    assert changes[0].incident.evidence == "pooled"
+    assert 1 <= (changes[0].window_start_ms - T0) // MIN <= 3
+
+
+def test_drift_events_have_distinct_deterministic_ids_per_change() -> None:
+    t = tracker(resolve_after=1, reopen_within=5)
+    changes = feed(t, [WARN, WARN, CRIT, CLEAN, WARN, WARN, CLEAN])
+    assert [c.kind for c in changes] == ["opened", "updated", "resolved", "reopened", "resolved"]
+    events = [drift_event(c, emitted_at_ms=T0 + 10 * MIN) for c in changes]
+    assert len({e.event_id for e in events}) == len(events)
+    assert [e.event_type for e in events] == [
+        "ANCHOR_DRIFT_ALERT", "ANCHOR_DRIFT_ALERT", "ANCHOR_DRIFT_RESOLVED",
+        "ANCHOR_DRIFT_ALERT", "ANCHOR_DRIFT_RESOLVED",
+    ]  # fmt: skip
+    assert {e.incident_id for e in events} == {changes[0].incident.incident_id}
+    assert events[2].resolved_at_ms == T0 + 4 * MIN
+    assert events[0].evidence.mean_drift == WARN
+    assert events[0].evidence.threshold == 0.35
+    again = [drift_event(c, emitted_at_ms=T0 + 99 * MIN) for c in changes]
+    assert [e.event_id for e in again] == [e.event_id for e in events]
+    assert math.isclose(events[1].evidence.mean_drift, CRIT)
