@@ -186,7 +186,12 @@ def test_seasonality_on_fits_an_hourly_profile_and_moves_the_thresholds_with_it(
     assert at_six.threshold - at_six.center == pytest.approx(b.threshold - b.center)
     busy_morning = w(6 * 60 + 5, 0.42, 30)
     assert judge_window(busy_morning, at_six).breach_level == "none"
-    assert judge_window(busy_morning, b).breach_level != "none"  # the flat figures would fire
+    # judge_window applies the hour's figures itself; without the profile it would fire.
+    assert judge_window(busy_morning, b).breach_level == "none"
+    assert (
+        judge_window(busy_morning, b.model_copy(update={"hourly_center": None})).breach_level
+        != "none"
+    )
 
 
 def test_seasonality_needs_enough_days_and_says_why_not() -> None:
