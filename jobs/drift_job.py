@@ -66,7 +66,7 @@ DEAD_LETTER = "dead_letter"
 WINDOW_FIELDS = (
     "doc_type", "kind", "window_start_ms", "window_end_ms", "request_count", "mean_drift",
     "max_drift", "p95_drift", "stddev_drift", "anchor_count", "disabled_share",
-    "zero_anchor_share", "resample_share", "mean_kl_divergence",
+    "zero_anchor_share", "resample_share", "mean_kl_divergence", "letter",
 )  # fmt: skip
 
 
@@ -234,11 +234,20 @@ def _reason_expression() -> str:
 
 
 def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
-    """Wire the whole job into one statement set (tables must be declared first)."""
+    """Wire the whole job into one statement set (tables must be declared first).
+
+    Windows, late tallies and dead letters are one union handed to the per-window Python
+    stage, so the whole job is one plan and the snapshots topic is read once."""
     o = settings.job
     size_ms = o.window_size_s * 1000
     valid = f"NOT ({invalid_condition()})"
-    # Only validated integers and constant text are interpolated into the SQL below.
+    nulls = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in _NULL_FIGURES)
+    source = (
+        f"CONCAT('drift-job:', '{settings.topics.snapshots}', '/', "
+        "CAST(kafka_partition AS STRING), '@', CAST(kafka_offset AS STRING))"
+    )
+    # Only validated integers, topic names ([a-zA-Z0-9._-]) and constant text are
+    # interpolated into the SQL below.
     # On time: the watermark has not passed the event, so the window operator will count it.
     on_time = "CURRENT_WATERMARK(event_time) IS NULL OR event_time > CURRENT_WATERMARK(event_time)"
     query = f"SELECT * FROM {SNAPSHOTS} WHERE {valid} AND ({on_time})"  # noqa: S608
@@ -261,7 +270,8 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
           AVG(CASE WHEN anchor_count = 0 THEN 1E0 ELSE 0E0 END) AS zero_anchor_share,
           CAST(SUM(COALESCE(resample_count, 0)) AS DOUBLE)
             / NULLIF(SUM(CAST(anchor_count AS BIGINT)), 0) AS resample_share,
-          AVG(COALESCE(max_kl_divergence, 0.0)) AS mean_kl_divergence
+          AVG(COALESCE(max_kl_divergence, 0.0)) AS mean_kl_divergence,
+          CAST(NULL AS STRING) AS letter
         FROM TABLE(
           TUMBLE(TABLE on_time, DESCRIPTOR(event_time), INTERVAL '{o.window_size_s}' SECOND))
         GROUP BY doc_type, window_start, window_end
@@ -275,7 +285,8 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
           CAST(NULL AS BIGINT) AS window_start_ms,
           CAST(NULL AS BIGINT) AS window_end_ms,
           COUNT(*) AS request_count,
-          {", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in _NULL_FIGURES)}
+          {nulls},
+          CAST(NULL AS STRING) AS letter
         FROM TABLE(
           TUMBLE(
             (SELECT * FROM {SNAPSHOTS}
@@ -284,44 +295,52 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
         GROUP BY doc_type, window_start, window_end
         """  # noqa: S608
     )
-    statements = t_env.create_statement_set()
-    statements.add_insert_sql(
+    invalid = t_env.sql_query(
         f"""
-        INSERT INTO {DEAD_LETTER}
-        SELECT doc_type, JSON_OBJECT(
-          KEY 'raw' VALUE JSON_STRING(JSON_OBJECT(
-            KEY 'event_id' VALUE event_id, KEY 'event_time_ms' VALUE event_time_ms,
-            KEY 'doc_type' VALUE doc_type, KEY 'snapshot_status' VALUE snapshot_status,
-            KEY 'anchor_count' VALUE anchor_count, KEY 'mean_drift' VALUE mean_drift)),
-          KEY 'reason' VALUE {_reason_expression()},
-          KEY 'field' VALUE SPLIT_INDEX({_reason_expression()}, ':', 0),
-          KEY 'source' VALUE CONCAT('drift-job:', '{settings.topics.snapshots}', '/',
-                                    CAST(kafka_partition AS STRING), '@',
-                                    CAST(kafka_offset AS STRING)),
-          KEY 'rejected_at_ms' VALUE UNIX_TIMESTAMP() * 1000)
+        SELECT
+          COALESCE(doc_type, '') AS doc_type,
+          CAST('dead_letter' AS STRING) AS kind,
+          CAST(NULL AS BIGINT) AS window_start_ms,
+          CAST(NULL AS BIGINT) AS window_end_ms,
+          CAST(NULL AS BIGINT) AS request_count,
+          {nulls},
+          JSON_OBJECT(
+            KEY 'raw' VALUE JSON_STRING(JSON_OBJECT(
+              KEY 'event_id' VALUE event_id, KEY 'event_time_ms' VALUE event_time_ms,
+              KEY 'doc_type' VALUE doc_type, KEY 'snapshot_status' VALUE snapshot_status,
+              KEY 'anchor_count' VALUE anchor_count, KEY 'mean_drift' VALUE mean_drift)),
+            KEY 'reason' VALUE {_reason_expression()},
+            KEY 'field' VALUE SPLIT_INDEX({_reason_expression()}, ':', 0),
+            KEY 'source' VALUE {source},
+            KEY 'rejected_at_ms' VALUE UNIX_TIMESTAMP() * 1000) AS letter
         FROM {SNAPSHOTS}
         WHERE NOT ({valid})
         """  # noqa: S608
     )
+    figures = windows.union_all(late).union_all(invalid)
     if o.audit_unparsable:
         # The JSON format skips a record that is not a JSON object at all; this second
         # reader of the topic catches exactly those and dead-letters them with their bytes.
-        statements.add_insert_sql(
+        unparsable = t_env.sql_query(
             f"""
-            INSERT INTO {DEAD_LETTER}
-            SELECT CAST(NULL AS STRING), JSON_OBJECT(
-              KEY 'raw' VALUE payload,
-              KEY 'reason' VALUE '$: not a JSON object',
-              KEY 'field' VALUE '$',
-              KEY 'source' VALUE CONCAT('drift-job:', '{settings.topics.snapshots}', '/',
-                                        CAST(kafka_partition AS STRING), '@',
-                                        CAST(kafka_offset AS STRING)),
-              KEY 'rejected_at_ms' VALUE UNIX_TIMESTAMP() * 1000)
+            SELECT
+              '' AS doc_type,
+              CAST('dead_letter' AS STRING) AS kind,
+              CAST(NULL AS BIGINT) AS window_start_ms,
+              CAST(NULL AS BIGINT) AS window_end_ms,
+              CAST(NULL AS BIGINT) AS request_count,
+              {nulls},
+              JSON_OBJECT(
+                KEY 'raw' VALUE payload,
+                KEY 'reason' VALUE '$: not a JSON object',
+                KEY 'field' VALUE '$',
+                KEY 'source' VALUE {source},
+                KEY 'rejected_at_ms' VALUE UNIX_TIMESTAMP() * 1000) AS letter
             FROM {SNAPSHOTS_RAW}
             WHERE payload IS NULL OR NOT (payload IS JSON OBJECT)
             """  # noqa: S608
         )
-    figures = windows.union_all(late)
+        figures = figures.union_all(unparsable)
     judge = JudgeWindows(
         JOB_VERSION,
         settings.policy.fallback,
@@ -329,15 +348,21 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
                       o.quality_resample_share, o.quality_mean_kl_divergence),
     )  # fmt: skip
     baselines = t_env.to_data_stream(t_env.from_path(BASELINES))
-    verdicts = (
+    outputs = (
         t_env.to_data_stream(figures)
         .key_by(lambda row: row[0], key_type=Types.STRING())
         .connect(baselines.key_by(_baseline_key, key_type=Types.STRING()))
-        .process(judge, output_type=Types.ROW_NAMED(["doc_type", "verdict"],
-                                                    [Types.STRING(), Types.STRING()]))
+        .process(judge, output_type=Types.ROW_NAMED(["kind", "doc_type", "payload"],
+                                                    [Types.STRING()] * 3))
         .name("judge windows")
     )  # fmt: skip
-    statements.add_insert(VERDICTS, t_env.from_data_stream(verdicts))
+    t_env.create_temporary_view("outputs", t_env.from_data_stream(outputs))
+    statements = t_env.create_statement_set()
+    for table, kind in ((VERDICTS, "verdict"), (DEAD_LETTER, "dead_letter")):
+        statements.add_insert_sql(
+            f"INSERT INTO {table} SELECT NULLIF(doc_type, ''), payload FROM outputs "  # noqa: S608
+            f"WHERE kind = '{kind}'"
+        )
     return statements
 
 
@@ -372,7 +397,10 @@ class JudgeWindows(KeyedCoProcessFunction):  # type: ignore[misc]
 
     def process_element1(self, row: Row, ctx: KeyedCoProcessFunction.Context) -> Iterator[Row]:
         figures = dict(zip(WINDOW_FIELDS, row, strict=True))
-        doc_type, kind = figures.pop("doc_type"), figures.pop("kind")
+        doc_type, kind, letter = figures.pop("doc_type"), figures.pop("kind"), figures.pop("letter")
+        if kind == "dead_letter":
+            yield Row("dead_letter", doc_type, letter)
+            return
         if kind == "late":
             self.late.update((self.late.value() or 0) + figures["request_count"])
             return
@@ -398,7 +426,7 @@ class JudgeWindows(KeyedCoProcessFunction):  # type: ignore[misc]
             breach_level=j.breach_level,
             reasons=j.reasons,
         )
-        yield Row(doc_type, encode(verdict).decode())
+        yield Row("verdict", doc_type, encode(verdict).decode())
 
     def process_element2(self, row: Row, ctx: KeyedCoProcessFunction.Context) -> Iterator[Row]:
         raw = row[0] or ""
