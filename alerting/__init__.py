@@ -1,4 +1,1 @@
-"""The alerting service: verdicts to incidents, Slack threads, Jira tickets and drift events.
-
-Not built yet: this package holds only the shared name so far.
-"""
+"""The alerting service: verdicts to incidents, Slack threads, Jira tickets and drift events."""

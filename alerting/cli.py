@@ -1,5 +1,6 @@
-"""`anchorwatch alerting ...`: the local Slack and Jira servers, and a test notification.
-Entry points only wire; the work lives in the modules they call."""
+"""`anchorwatch alerting ...`: the service (`serve`), its incidents (`incidents`), the local
+Slack and Jira servers, and a test notification. Entry points only wire; the work lives in
+the modules they call."""
 
 from __future__ import annotations
 
@@ -17,7 +18,137 @@ from anchorwatch.errors import AnchorwatchError
 
 @click.group()
 def alerting() -> None:
-    """The alerting service's integrations: local Slack/Jira servers and a test notification."""
+    """The alerting service: verdicts to incidents, Slack threads, Jira tickets and drift
+    events; its local Slack/Jira servers and a test notification."""
+
+
+_CONFIG_OPTION = click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="TOML settings file. [default: --config of anchorwatch, or ANCHORWATCH_CONFIG]",
+)
+
+
+def _config(ctx: click.Context, config_file: Path | None) -> Path | None:
+    return config_file or ((ctx.obj or {}).get("config") if isinstance(ctx.obj, dict) else None)
+
+
+@alerting.command("serve")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    default=False,
+    help="Send nothing: log each notification it would send as a JSON line. "
+    "[default: alerting.dry_run]",
+)
+@_CONFIG_OPTION
+@click.pass_context
+def serve(ctx: click.Context, dry_run: bool, config_file: Path | None) -> None:
+    """Consume verdicts, keep incidents (state under alerting.state_dir) and deliver their
+    notifications to Slack, Jira and the drift-events topic, exactly once, until SIGTERM or
+    Ctrl-C. /metrics, /healthz and /readyz on alerting.metrics_host:metrics_port."""
+    from anchorwatch.alerting.service import serve as run
+    from anchorwatch.alerting.settings import AlertingSettings
+
+    overrides: dict[str, Any] = {"alerting": {"dry_run": True}} if dry_run else {}
+    run(AlertingSettings.load(_config(ctx, config_file), **overrides))
+
+
+@alerting.command("incidents")
+@click.option("--all", "show_all", is_flag=True, help="Also list resolved incidents still kept.")
+@click.option(
+    "--limit",
+    default=50,
+    show_default=True,
+    type=click.IntRange(1),
+    help="At most this many incidents.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The service's state directory. [default: alerting.state_dir]",
+)
+@_CONFIG_OPTION
+@click.pass_context
+def incidents(
+    ctx: click.Context,
+    show_all: bool,
+    limit: int,
+    as_json: bool,
+    state_dir: Path | None,
+    config_file: Path | None,
+) -> None:
+    """List open incidents (with --all, recent resolved ones too): severity, times, the Jira
+    ticket, notifications not yet delivered ('!': some failed for good) and, with --json,
+    the Slack thread and every delivery's state. Reads the state file; the service may be
+    running."""
+    import orjson
+
+    from anchorwatch.alerting.render import clean_text, incident_label, truncate
+    from anchorwatch.alerting.service import list_incidents
+    from anchorwatch.alerting.settings import AlertingSettings
+
+    directory = state_dir or AlertingSettings.load(_config(ctx, config_file)).alerting.state_dir
+    listing = list_incidents(directory, open_only=not show_all, limit=limit)
+    if as_json:
+        for item in listing:
+            row = item.row
+            record = {
+                "incident_id": row.incident_id,
+                "incident_label": incident_label(row.incident_id),
+                "doc_type": row.doc_type,
+                "rule": row.rule,
+                "state": row.state,
+                "severity": row.severity,
+                "opened_at": _iso(row.opened_at_ms),
+                "resolved_at": _iso(row.resolved_at_ms) or None,
+                "peak_mean_drift": row.record.get("peak_mean_drift"),
+                "slack": (
+                    f"{item.refs.slack_channel}/{item.refs.slack_ts}"
+                    if item.refs.slack_ts
+                    else None
+                ),
+                "jira": item.refs.jira_key,
+                "deliveries": item.deliveries,
+            }
+            click.echo(orjson.dumps(record).decode())
+        return
+    if not listing:
+        click.echo("no open incidents" if not show_all else "no incidents")
+        return
+    header = (
+        f"{'STATE':<9}{'SEVERITY':<10}{'OPENED (UTC)':<18}{'RESOLVED (UTC)':<18}"
+        f"{'JIRA':<11}{'UNSENT':<8}{'INCIDENT':<17}DOC TYPE"
+    )
+    click.echo(header)
+    for item in listing:
+        row = item.row
+        unsent = sum(
+            n
+            for statuses in item.deliveries.values()
+            for status, n in statuses.items()
+            if status in ("pending", "attempting")
+        )
+        failed = sum(s.get("failed", 0) for s in item.deliveries.values())
+        click.echo(
+            f"{row.state:<9}{row.severity:<10}{_iso(row.opened_at_ms, short=True):<18}"
+            f"{_iso(row.resolved_at_ms, short=True):<18}{item.refs.jira_key or '-':<11}"
+            f"{str(unsent) + ('!' if failed else ''):<8}{incident_label(row.incident_id):<17}"
+            f"{truncate(clean_text(row.doc_type), 60)}"
+        )
+
+
+def _iso(ms: int | None, *, short: bool = False) -> str:
+    from datetime import UTC, datetime
+
+    if ms is None:
+        return "-" if short else ""
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    return moment.strftime("%Y-%m-%d %H:%M") if short else moment.isoformat().replace("+00:00", "Z")
 
 
 def _serve(server: Any, lines: list[str]) -> None:

@@ -1,5 +1,6 @@
-"""Settings of the alerting service's integrations: ``[slack]``, ``[jira]``, ``[routing]`` and
-``[retry]``.
+"""Settings of the alerting service: ``[alerting]`` (the service itself: state, consumer,
+endpoint, pacing), its integrations ``[slack]``, ``[jira]``, ``[routing]`` and ``[retry]``,
+and the detection policy ``[policy]`` (shared with the baseline fit and the backtest).
 
 Environment: ``ANCHORWATCH_<SECTION>__<FIELD>``; file: ``field`` under ``[section]``.
 Secrets (the Slack bot token, the webhook URL, the Jira API token) come from the
@@ -19,6 +20,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from anchorwatch.alerting.notify import NotifyMetrics, RetryPolicy
 from anchorwatch.alerting.render import DEFAULT_SUMMARY_TEMPLATE, Severity, check_summary_template
+from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.settings import Section, ServiceSettings
 
 # A channel name (#ops-alerts, ops-alerts) or a conversation id (C0123ABCD).
@@ -315,7 +317,115 @@ class RetrySection(Section):
         )
 
 
+class AlertingSection(Section):
+    """The service: where its state lives, how it consumes verdicts, its endpoint, pacing."""
+
+    state_dir: Path = Field(
+        Path(".anchorwatch/alerting"),
+        description="Directory of the service's SQLite state (incidents, outbox, offsets, "
+        "detector state). One service per directory (a lock file enforces it).",
+    )
+    group_id: str = Field(
+        "anchorwatch-alerting",
+        min_length=1,
+        max_length=249,
+        description="Kafka group the verdict offsets are committed under (for lag "
+        "monitoring; the service resumes from its own state, not from these).",
+    )
+    start_offset: Literal["earliest", "latest"] = Field(
+        "latest",
+        description="Where to start reading a verdicts partition neither the state nor the "
+        "group has an offset for: latest (a new service does not announce history) or "
+        "earliest.",
+    )
+    batch_max: int = Field(
+        500, ge=1, le=100_000, description="Most verdicts decided and committed in one batch."
+    )
+    poll_timeout_s: float = Field(
+        0.5, gt=0, le=30, description="How long one poll of the verdicts topic waits."
+    )
+    metrics_host: str = Field(
+        "127.0.0.1", min_length=1, description="Address of the /metrics /healthz /readyz endpoint."
+    )
+    metrics_port: int = Field(
+        9465, ge=0, le=65_535, description="Port of that endpoint (0: any free port, logged)."
+    )
+    dry_run: bool = Field(
+        False,
+        description="Send nothing: log each notification as a JSON line and mark it done.",
+    )
+    drift_events: bool = Field(
+        True,
+        description="Produce ANCHOR_DRIFT_ALERT / ANCHOR_DRIFT_RESOLVED to topics.drift_events.",
+    )
+    update_interval_s: int = Field(
+        900,
+        ge=0,
+        le=86_400,
+        description="While an incident stays in breach, post a progress update (Slack reply, "
+        "Jira comment) at most this often, in event time; severity changes always post "
+        "(0: only severity changes).",
+    )
+    silence_lag_s: int = Field(
+        120,
+        ge=0,
+        le=86_400,
+        description="A doc type counts as silent for a window once verdicts of other types "
+        "on its verdicts partition are this far past it in event time, or, when that "
+        "partition has delivered nothing for this many seconds, the whole topic is: silent "
+        "incidents resolve after policy resolve_when_silent windows.",
+    )
+    slack_rate_per_s: float = Field(
+        1.0,
+        gt=0,
+        le=1000,
+        description="Most Slack notifications started per second (Slack allows about one "
+        "message per second per channel).",
+    )
+    jira_rate_per_s: float = Field(
+        5.0, gt=0, le=1000, description="Most Jira operations started per second."
+    )
+    rate_burst: int = Field(
+        3, ge=1, le=1000, description="Notifications allowed in a burst above those rates."
+    )
+    recent_verdict_ids: int = Field(
+        50_000,
+        ge=0,
+        le=10_000_000,
+        description="Ids of this many recent verdicts are kept to tell replays from late "
+        "verdicts (both are skipped).",
+    )
+    metrics_doc_types_max: int = Field(
+        2_000,
+        ge=0,
+        le=100_000,
+        description="Most doc types with their own drift/threshold gauges; beyond, the least "
+        "recently judged type's gauges are dropped.",
+    )
+    retention_days: float = Field(
+        30,
+        gt=0,
+        le=3650,
+        description="Resolved incidents and delivered notifications are kept this long (for "
+        "`alerting incidents`).",
+    )
+    sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(
+        "FULL",
+        description="FULL: every commit survives a power loss; NORMAL: faster, survives a "
+        "process crash (kill -9) but may lose the last commits on a power loss.",
+    )
+
+    @field_validator("group_id")
+    @classmethod
+    def _group_id(cls, value: str) -> str:
+        if any(c.isspace() for c in value):
+            raise ValueError("must not contain whitespace")
+        return value
+
+
 class AlertingSettings(ServiceSettings):
+    alerting: AlertingSection = Field(default_factory=AlertingSection)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
     slack: SlackSection = Field(default_factory=SlackSection)
     jira: JiraSection = Field(default_factory=JiraSection)
     routing: RoutingSection = Field(default_factory=RoutingSection)

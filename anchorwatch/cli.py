@@ -60,11 +60,12 @@ def cli(ctx: click.Context, config: Path | None, log_level: str) -> None:
 def all_settings() -> list[type[ServiceSettings]]:
     """Every service's settings class (the README documents each of their fields)."""
     from anchorwatch.alerting.settings import AlertingSettings
+    from anchorwatch.connectors.settings import IngestSettings
     from anchorwatch.jobs.baseline_settings import BaselineSettings
     from anchorwatch.jobs.settings import JobSettings
     from anchorwatch.stack.stack import StackSettings
 
-    return [StackSettings, JobSettings, BaselineSettings, AlertingSettings]
+    return [StackSettings, JobSettings, BaselineSettings, IngestSettings, AlertingSettings]
 
 
 @cli.command("settings")
@@ -643,8 +644,10 @@ def read_cmd(ctx: click.Context, topic: str, limit: int | None) -> None:
 def _add_service_commands() -> None:
     # Each deployable owns its command group; the CLI only mounts them.
     from anchorwatch.alerting.cli import alerting
+    from anchorwatch.connectors.cli import ingest
     from anchorwatch.policy.cli import backtest, baseline
 
+    cli.add_command(ingest)
     cli.add_command(alerting)
     cli.add_command(baseline)
     cli.add_command(backtest)

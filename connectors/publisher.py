@@ -14,6 +14,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from anchorwatch.connectors.validation import Accepted
 from anchorwatch.contracts import ContractError, DeadLetter, SnapshotEvent, decode_snapshot, encode
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.kafkaio import client_config
@@ -35,13 +36,19 @@ class PublishStats:
 
 
 def dead_letter(raw: bytes, error: ContractError, source: str, now_ms: int) -> DeadLetter:
+    # Cut to the contract's bounds: a record with thousands of bad fields still gets its
+    # dead letter (the raw bytes keep everything).
     return DeadLetter(
         raw=raw.decode("utf-8", errors="replace"),
-        reason=str(error),
-        field=error.first_field,
-        source=source,
+        reason=_cut(str(error), 2_000),
+        field=_cut(error.first_field, 500),
+        source=_cut(source, 200),
         rejected_at_ms=now_ms,
     )
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class SnapshotPublisher:
@@ -84,6 +91,11 @@ class SnapshotPublisher:
     def publish(self, event: SnapshotEvent) -> None:
         self.stats.accepted += 1
         self._produce(self._topics.snapshots, event.doc_type.encode(), encode(event))
+
+    def publish_record(self, record: Accepted) -> None:
+        """Produce an event that is already validated and encoded."""
+        self.stats.accepted += 1
+        self._produce(self._topics.snapshots, record.doc_type.encode(), record.value)
 
     def reject(self, raw: bytes, error: ContractError) -> None:
         self.stats.rejected += 1

@@ -1,0 +1,612 @@
+"""The alerting service's durable state: one SQLite file (stdlib sqlite3, WAL mode).
+
+What a consumed batch of verdicts changes is written in ONE transaction (``commit_batch``):
+the detector's state of the doc types it touched, the next offset of every verdicts
+partition it read, each type's processed high-water mark and recent windows, the ids of
+recent verdicts, the incidents, and the notifications those changes call for (the outbox).
+A crash before that commit loses the whole batch, which is then consumed again and decided
+the same way; after it, nothing is decided twice, because the offsets moved with it.
+
+The outbox holds one row per (incident, seq, integration): ``pending`` until a sender takes
+it, ``attempting`` once a send may have reached the remote side (committed *before* the
+request goes out, so a crash in between leaves a row that is reconciled, not blindly
+re-sent), then ``done`` (with an outcome: sent, reconciled, suppressed, superseded, dry_run)
+or ``failed`` (a permanent error). Senders take, per integration, only the lowest unfinished
+seq of each incident: updates never overtake the message they belong to.
+
+Each thread opens its own ``Store`` (sqlite3 connections are not shared between threads);
+WAL lets the ``incidents`` command read while the service writes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import orjson
+
+from anchorwatch.errors import AnchorwatchError
+
+SCHEMA_VERSION: Final = 1
+FILENAME: Final = "alerting.sqlite3"
+
+Integration = Literal["slack", "jira", "events"]
+Action = Literal["open", "update", "resolve"]
+Status = Literal["pending", "attempting", "done", "failed"]
+INTEGRATIONS: Final[tuple[Integration, ...]] = ("slack", "jira", "events")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS offsets (
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition)
+);
+CREATE TABLE IF NOT EXISTS tracker_state (
+    doc_type TEXT PRIMARY KEY,
+    state TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS doc_types (
+    doc_type TEXT PRIMARY KEY,
+    last_window_start_ms INTEGER NOT NULL,
+    history TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS recent_verdicts (
+    verdict_id TEXT PRIMARY KEY
+);
+CREATE TABLE IF NOT EXISTS incidents (
+    incident_id TEXT PRIMARY KEY,
+    doc_type TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    state TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    opened_at_ms INTEGER NOT NULL,
+    resolved_at_ms INTEGER,
+    record TEXT NOT NULL,
+    next_seq INTEGER NOT NULL,
+    last_update_window_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    slack_channel TEXT,
+    slack_ts TEXT,
+    jira_key TEXT,
+    jira_last_comment_ms INTEGER
+);
+CREATE INDEX IF NOT EXISTS incidents_state ON incidents (state, updated_ms);
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    incident_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    integration TEXT NOT NULL,
+    action TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_ms INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL,
+    consumed_ms INTEGER NOT NULL,
+    first_attempt_ms INTEGER,
+    finished_ms INTEGER,
+    outcome TEXT,
+    error TEXT,
+    UNIQUE (incident_id, integration, seq)
+);
+CREATE INDEX IF NOT EXISTS outbox_open ON outbox (integration, incident_id, seq)
+    WHERE status IN ('pending', 'attempting');
+"""
+
+
+class StoreError(AnchorwatchError):
+    """The state file cannot be used (missing, from a newer version, or corrupt)."""
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class IncidentRow:
+    """The columns the consumer owns; the senders own the references (Slack thread, Jira
+    ticket), which an upsert of this row never overwrites."""
+
+    incident_id: str
+    doc_type: str
+    rule: str
+    state: Literal["open", "resolved"]
+    severity: str
+    opened_at_ms: int
+    resolved_at_ms: int | None
+    record: dict[str, Any]  # the detector's Incident, as a dict
+    next_seq: int
+    last_update_window_ms: int
+    updated_ms: int
+
+
+@dataclass(frozen=True)
+class NewEntry:
+    incident_id: str
+    seq: int
+    integration: Integration
+    action: Action
+    kind: str  # what caused it: opened, reopened, updated, progress, resolved
+    payload: dict[str, Any]
+    consumed_ms: int
+
+
+@dataclass(frozen=True)
+class DocTypeRow:
+    doc_type: str
+    last_window_start_ms: int
+    history: list[list[float]]  # [start_ms, end_ms, mean_drift, threshold, request_count]
+    partition: int  # the verdicts partition the type's verdicts arrive on
+
+
+@dataclass
+class BatchWrite:
+    """Everything one consumed batch changes, committed together."""
+
+    now_ms: int
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)  # (topic, partition)
+    policy_version: str | None = None
+    tracker_states: dict[str, Any] = field(default_factory=dict)  # doc type -> JSON value
+    doc_types: list[DocTypeRow] = field(default_factory=list)
+    verdict_ids: list[str] = field(default_factory=list)
+    incidents: list[IncidentRow] = field(default_factory=list)
+    outbox: list[NewEntry] = field(default_factory=list)
+    meta: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Refs:
+    """Where an incident lives in Slack and Jira (written by the senders)."""
+
+    slack_channel: str | None = None
+    slack_ts: str | None = None
+    jira_key: str | None = None
+    jira_last_comment_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    id: int
+    incident_id: str
+    doc_type: str
+    seq: int
+    integration: Integration
+    action: Action
+    kind: str
+    payload: dict[str, Any]
+    status: Status
+    attempts: int
+    consumed_ms: int
+    first_attempt_ms: int | None
+    refs: Refs
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What a restart needs: the consumer's position and the deciders' memory."""
+
+    offsets: dict[tuple[str, int], int]
+    policy_version: str | None
+    tracker_states: dict[str, Any]
+    doc_types: dict[str, DocTypeRow]
+    open_incidents: list[IncidentRow]
+    meta: dict[str, str]
+
+
+@dataclass(frozen=True)
+class IncidentListing:
+    row: IncidentRow
+    refs: Refs
+    deliveries: dict[str, dict[str, int]]  # integration -> status -> count
+
+
+# --------------------------------------------------------------------------- the store
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+class Store:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        create: bool = True,
+    ) -> None:
+        self.path = state_dir / FILENAME
+        if create:
+            state_dir.mkdir(parents=True, exist_ok=True)
+        elif not self.path.exists():
+            raise StoreError(f"no alerting state at {self.path} (has the service run here?)")
+        try:
+            # Autocommit mode: transactions are explicit (BEGIN IMMEDIATE ... COMMIT). One
+            # thread at a time uses a Store, but it may be opened on another (handed over).
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, timeout=60, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={synchronous}")
+            if create:
+                # executescript commits on its own; every statement is IF NOT EXISTS.
+                self._db.executescript(_SCHEMA)
+                with self._tx():
+                    self._check_version(create)
+            else:
+                self._check_version(create)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"alerting state {self.path}: {exc}") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _check_version(self, create: bool) -> None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if row is None and create:
+            self._db.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+        elif row is None or int(row[0]) > SCHEMA_VERSION:
+            found = "no" if row is None else row[0]
+            raise StoreError(
+                f"alerting state {self.path} has schema {found}, this version reads up to "
+                f"{SCHEMA_VERSION}: run the newer anchorwatch"
+            )
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        # IMMEDIATE takes the write lock at once: no deadlock-prone lock upgrades.
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # ----------------------------------------------------------------- restart
+
+    def restore(self) -> Restored:
+        db = self._db
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        offsets = {(t, p): o for t, p, o in db.execute("SELECT * FROM offsets")}
+        states = {d: orjson.loads(s) for d, s in db.execute("SELECT * FROM tracker_state")}
+        doc_types = {
+            d: DocTypeRow(d, start, orjson.loads(history), partition)
+            for d, start, history, partition in db.execute(
+                "SELECT doc_type, last_window_start_ms, history, partition FROM doc_types"
+            )
+        }
+        open_rows = [_incident(r) for r in db.execute(_SELECT_INCIDENTS + " WHERE state = 'open'")]
+        return Restored(
+            offsets, meta.get("policy_version"), states, doc_types, open_rows, dict(meta)
+        )
+
+    def seen_verdicts(self, verdict_ids: Iterable[str]) -> set[str]:
+        ids = list(verdict_ids)
+        found: set[str] = set()
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            found.update(
+                r[0]
+                for r in self._db.execute(
+                    f"SELECT verdict_id FROM recent_verdicts WHERE verdict_id IN ({marks})",  # noqa: S608
+                    chunk,
+                )
+            )
+        return found
+
+    def incident(self, incident_id: str) -> IncidentRow | None:
+        row = self._db.execute(
+            _SELECT_INCIDENTS + " WHERE incident_id = ?", (incident_id,)
+        ).fetchone()
+        return _incident(row) if row else None
+
+    # ----------------------------------------------------------------- the batch
+
+    def commit_batch(self, batch: BatchWrite, *, keep_verdict_ids: int) -> None:
+        with self._tx() as db:
+            db.executemany(
+                "INSERT INTO offsets (topic, partition, next_offset) VALUES (?, ?, ?) "
+                "ON CONFLICT (topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
+                [(t, p, o) for (t, p), o in batch.offsets.items()],
+            )
+            if batch.policy_version is not None:
+                batch.meta["policy_version"] = batch.policy_version
+            db.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                list(batch.meta.items()),
+            )
+            db.executemany(
+                "INSERT INTO tracker_state (doc_type, state) VALUES (?, ?) "
+                "ON CONFLICT (doc_type) DO UPDATE SET state = excluded.state",
+                [(d, _dumps(s)) for d, s in batch.tracker_states.items()],
+            )
+            db.executemany(
+                "INSERT INTO doc_types (doc_type, last_window_start_ms, history, partition, "
+                "updated_ms) VALUES (?, ?, ?, ?, ?) ON CONFLICT (doc_type) DO UPDATE SET "
+                "last_window_start_ms = excluded.last_window_start_ms, "
+                "history = excluded.history, partition = excluded.partition, "
+                "updated_ms = excluded.updated_ms",
+                [
+                    (
+                        r.doc_type,
+                        r.last_window_start_ms,
+                        _dumps(r.history),
+                        r.partition,
+                        batch.now_ms,
+                    )
+                    for r in batch.doc_types
+                ],
+            )
+            if keep_verdict_ids > 0 and batch.verdict_ids:
+                db.executemany(
+                    "INSERT OR IGNORE INTO recent_verdicts (verdict_id) VALUES (?)",
+                    [(v,) for v in batch.verdict_ids],
+                )
+                # rowids grow with each insert: keep the newest ``keep_verdict_ids``.
+                db.execute(
+                    "DELETE FROM recent_verdicts WHERE rowid <= "
+                    "(SELECT MAX(rowid) FROM recent_verdicts) - ?",
+                    (keep_verdict_ids,),
+                )
+            db.executemany(
+                "INSERT INTO incidents (incident_id, doc_type, rule, state, severity, "
+                "opened_at_ms, resolved_at_ms, record, next_seq, last_update_window_ms, "
+                "updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (incident_id) DO UPDATE SET state = excluded.state, "
+                "severity = excluded.severity, resolved_at_ms = excluded.resolved_at_ms, "
+                "record = excluded.record, next_seq = excluded.next_seq, "
+                "last_update_window_ms = excluded.last_update_window_ms, "
+                "updated_ms = excluded.updated_ms",
+                [
+                    (
+                        r.incident_id,
+                        r.doc_type,
+                        r.rule,
+                        r.state,
+                        r.severity,
+                        r.opened_at_ms,
+                        r.resolved_at_ms,
+                        _dumps(r.record),
+                        r.next_seq,
+                        r.last_update_window_ms,
+                        r.updated_ms,
+                    )
+                    for r in batch.incidents
+                ],
+            )
+            db.executemany(
+                "INSERT INTO outbox (incident_id, seq, integration, action, kind, payload, "
+                "next_attempt_ms, created_ms, consumed_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        e.incident_id,
+                        e.seq,
+                        e.integration,
+                        e.action,
+                        e.kind,
+                        _dumps(e.payload),
+                        batch.now_ms,
+                        batch.now_ms,
+                        e.consumed_ms,
+                    )
+                    for e in batch.outbox
+                ],
+            )
+
+    # ----------------------------------------------------------------- the outbox
+
+    def due(self, integration: Integration, now_ms: int, limit: int) -> list[OutboxEntry]:
+        """The next entries to send: per incident only its lowest unfinished seq, and only
+        when that one is due. Oldest first."""
+        rows = self._db.execute(_DUE, (integration, now_ms, limit)).fetchall()
+        return [_entry(r) for r in rows]
+
+    def next_due_ms(self, integration: Integration) -> int | None:
+        row = self._db.execute(
+            "SELECT MIN(next_attempt_ms) FROM outbox "
+            "WHERE integration = ? AND status IN ('pending', 'attempting')",
+            (integration,),
+        ).fetchone()
+        return None if row[0] is None else int(row[0])
+
+    def has_later_update(self, entry: OutboxEntry) -> bool:
+        """Whether a later progress update of the same incident waits behind ``entry``
+        with nothing else in between (so ``entry`` can be superseded by it)."""
+        row = self._db.execute(
+            "SELECT kind FROM outbox WHERE integration = ? AND incident_id = ? AND seq > ? "
+            "AND status IN ('pending', 'attempting') ORDER BY seq LIMIT 1",
+            (entry.integration, entry.incident_id, entry.seq),
+        ).fetchone()
+        return row is not None and row[0] == "progress"
+
+    def mark_attempting(self, entry_ids: Iterable[int], now_ms: int) -> None:
+        with self._tx() as db:
+            db.executemany(
+                "UPDATE outbox SET status = 'attempting', attempts = attempts + 1, "
+                "first_attempt_ms = COALESCE(first_attempt_ms, ?) WHERE id = ?",
+                [(now_ms, i) for i in entry_ids],
+            )
+
+    def mark_done(
+        self,
+        entry_ids: Iterable[int],
+        outcome: str,
+        now_ms: int,
+        *,
+        incident_id: str | None = None,
+        refs: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Done, and the incident's references the send produced, in one transaction."""
+        with self._tx() as db:
+            db.executemany(
+                "UPDATE outbox SET status = 'done', outcome = ?, finished_ms = ?, error = NULL "
+                "WHERE id = ?",
+                [(outcome, now_ms, i) for i in entry_ids],
+            )
+            if incident_id is not None and refs:
+                allowed = {"slack_channel", "slack_ts", "jira_key", "jira_last_comment_ms"}
+                if set(refs) - allowed:
+                    raise ValueError(f"unknown incident references: {sorted(set(refs) - allowed)}")
+                # Column names from the fixed set above, values as parameters.
+                sets = ", ".join(f"{k} = ?" for k in refs)
+                db.execute(
+                    f"UPDATE incidents SET {sets} WHERE incident_id = ?",  # noqa: S608
+                    [*refs.values(), incident_id],
+                )
+
+    def mark_failed(self, entry_id: int, error: str, now_ms: int) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE outbox SET status = 'failed', outcome = 'failed', error = ?, "
+                "finished_ms = ? WHERE id = ?",
+                (error[:2000], now_ms, entry_id),
+            )
+
+    def reschedule(self, entry_ids: Iterable[int], next_attempt_ms: int, error: str) -> None:
+        with self._tx() as db:
+            db.executemany(
+                "UPDATE outbox SET next_attempt_ms = ?, error = ? WHERE id = ?",
+                [(next_attempt_ms, error[:2000], i) for i in entry_ids],
+            )
+
+    def pending_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = dict.fromkeys(INTEGRATIONS, 0)
+        for integration, n in self._db.execute(
+            "SELECT integration, COUNT(*) FROM outbox WHERE status IN ('pending', 'attempting') "
+            "GROUP BY integration"
+        ):
+            counts[integration] = n
+        return counts
+
+    def meta_get(self, key: str) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def meta_set(self, key: str, value: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    # ----------------------------------------------------------------- housekeeping
+
+    def prune(self, before_ms: int) -> int:
+        """Forget resolved incidents (and their delivered notifications) last changed
+        before ``before_ms``; incidents with undelivered notifications are kept."""
+        with self._tx() as db:
+            gone = [
+                r[0]
+                for r in db.execute(
+                    "SELECT incident_id FROM incidents i WHERE state = 'resolved' "
+                    "AND updated_ms < ? AND NOT EXISTS (SELECT 1 FROM outbox o WHERE "
+                    "o.incident_id = i.incident_id AND o.status IN ('pending', 'attempting'))",
+                    (before_ms,),
+                )
+            ]
+            db.executemany("DELETE FROM outbox WHERE incident_id = ?", [(i,) for i in gone])
+            db.executemany("DELETE FROM incidents WHERE incident_id = ?", [(i,) for i in gone])
+        return len(gone)
+
+    # ----------------------------------------------------------------- reading
+
+    def list_incidents(self, *, open_only: bool, limit: int) -> list[IncidentListing]:
+        rows = self._db.execute(
+            _LIST_INCIDENTS.format(where="WHERE state = 'open'" if open_only else ""), (limit,)
+        ).fetchall()
+        out = []
+        for r in rows:
+            incident = _incident(r[:11])
+            deliveries: dict[str, dict[str, int]] = {}
+            for integration, status, n in self._db.execute(
+                "SELECT integration, status, COUNT(*) FROM outbox WHERE incident_id = ? "
+                "GROUP BY integration, status",
+                (incident.incident_id,),
+            ):
+                deliveries.setdefault(integration, {})[status] = n
+            out.append(IncidentListing(incident, Refs(*r[11:]), deliveries))
+        return out
+
+    def outbox_rows(self, incident_id: str | None = None) -> list[dict[str, Any]]:
+        """Every outbox row (for tests and inspection), in insertion order."""
+        if incident_id is None:
+            cursor = self._db.execute("SELECT * FROM outbox ORDER BY id")
+        else:
+            cursor = self._db.execute(
+                "SELECT * FROM outbox WHERE incident_id = ? ORDER BY id", (incident_id,)
+            )
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+
+
+_SELECT_INCIDENTS = (
+    "SELECT incident_id, doc_type, rule, state, severity, opened_at_ms, resolved_at_ms, record, "
+    "next_seq, last_update_window_ms, updated_ms FROM incidents"
+)
+_LIST_INCIDENTS = (
+    "SELECT incident_id, doc_type, rule, state, severity, opened_at_ms, resolved_at_ms, record, "
+    "next_seq, last_update_window_ms, updated_ms, slack_channel, slack_ts, jira_key, "
+    "jira_last_comment_ms FROM incidents {where} "
+    "ORDER BY state = 'open' DESC, updated_ms DESC LIMIT ?"
+)
+#: Per integration, the lowest unfinished seq of each incident, when due.
+_DUE = (
+    "SELECT o.id, o.incident_id, i.doc_type, o.seq, o.integration, o.action, o.kind, "
+    "o.payload, o.status, o.attempts, o.consumed_ms, o.first_attempt_ms, i.slack_channel, "
+    "i.slack_ts, i.jira_key, i.jira_last_comment_ms FROM outbox o JOIN incidents i "
+    "USING (incident_id) WHERE o.integration = ? AND o.status IN ('pending', 'attempting') "
+    "AND o.next_attempt_ms <= ? AND o.seq = (SELECT MIN(seq) FROM outbox h "
+    "WHERE h.integration = o.integration AND h.incident_id = o.incident_id "
+    "AND h.status IN ('pending', 'attempting')) ORDER BY o.id LIMIT ?"
+)
+
+
+def _incident(r: tuple[Any, ...]) -> IncidentRow:
+    return IncidentRow(
+        incident_id=r[0],
+        doc_type=r[1],
+        rule=r[2],
+        state=r[3],
+        severity=r[4],
+        opened_at_ms=r[5],
+        resolved_at_ms=r[6],
+        record=orjson.loads(r[7]),
+        next_seq=r[8],
+        last_update_window_ms=r[9],
+        updated_ms=r[10],
+    )
+
+
+def _entry(r: tuple[Any, ...]) -> OutboxEntry:
+    return OutboxEntry(
+        id=r[0],
+        incident_id=r[1],
+        doc_type=r[2],
+        seq=r[3],
+        integration=r[4],
+        action=r[5],
+        kind=r[6],
+        payload=orjson.loads(r[7]),
+        status=r[8],
+        attempts=r[9],
+        consumed_ms=r[10],
+        first_attempt_ms=r[11],
+        refs=Refs(r[12], r[13], r[14], r[15]),
+    )

@@ -1,0 +1,348 @@
+"""Ingest throughput: Kong http-log batches over HTTP vs a plain confluent-kafka producer of
+the same records, against the same broker, in the same run.
+
+Starts a private Kafka on free ports (or uses --bootstrap), generates realistic traffic,
+then:
+
+1. plain: produces the encoded snapshot events (exactly the bytes the service writes, keyed
+   by doc type) with a bare confluent-kafka producer configured like the service's
+   (idempotent, acks=all, lz4, same linger), and waits for every acknowledgement;
+2. ingest: runs `anchorwatch ingest serve` in its own process(es) and posts the same events
+   as Kong http-log batches (`--batch` entries per request) from `--concurrency`
+   connections; every 200 means Kafka acknowledged the whole batch.
+
+Prints events/s for both, the ratio, p50/p99 request latency, peak RSS of the service, and
+checks that the topic holds exactly one record per event.
+
+    .venv/bin/python bench/ingest.py --events 200000 --workers 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import signal
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from anchorwatch import logs
+from anchorwatch.connectors.server import serve
+from anchorwatch.connectors.settings import IngestSettings
+from anchorwatch.contracts import SnapshotEvent, encode
+from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.jobs.settings import JobSettings
+from anchorwatch.slice import create_topics, delete_topics, new_run_id, run_scoped_topics
+from anchorwatch.stack.processes import free_port
+from anchorwatch.stack.stack import Stack, StackSettings
+
+LINGER_MS = 5.0
+
+
+def make_events(count: int) -> list[SnapshotEvent]:
+    events: list[SnapshotEvent] = []
+    seed = 1
+    while len(events) < count:
+        traffic = generate(TrafficConfig(seed=seed, minutes=60, doc_types=12, rate_scale=4))
+        events += [r.event for r in traffic.records() if r.event is not None]
+        seed += 1
+    return events[:count]
+
+
+def plain_producer(
+    bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], compression: str
+) -> tuple[float, float]:
+    """Events/s of a bare producer, from the first produce to the last acknowledgement, and
+    its CPU microseconds per event (librdkafka's threads included)."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": LINGER_MS,
+            "compression.type": compression,
+        }
+    )
+    producer.list_topics(topic, timeout=10)  # connected before the clock starts
+    delivered = 0
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        nonlocal delivered
+        if err is None:
+            delivered += 1
+
+    started, cpu = time.perf_counter(), time.process_time()
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, value, key, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(60)
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    if delivered != len(records):
+        raise SystemExit(f"plain producer: {delivered} of {len(records)} acknowledged")
+    return len(records) / elapsed, cpu / len(records) * 1e6
+
+
+def topic_count(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-count"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        total = 0
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            total += high - low
+        return total
+    finally:
+        consumer.close()
+
+
+def _serve(settings: IngestSettings) -> None:
+    logs.configure("WARNING")
+    serve(settings, log_level="WARNING")
+
+
+def _tree(pid: int) -> list[int]:
+    """The process and its descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
+def _rss_peak_kib(pid: int) -> int:
+    """Peak RSS (VmHWM) of a process and its descendants."""
+    total = 0
+    for p in _tree(pid):
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+        except OSError:
+            continue
+        total += sum(
+            int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")
+        )
+    return total
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all threads) of a process and its descendants."""
+    ticks = 0
+    for p in _tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def _wait_ready(url: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(url) as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+    raise SystemExit(f"the service did not become ready at {url}")
+
+
+async def _connection(
+    port: int, requests: list[bytes], next_index: list[int], latencies: list[float]
+) -> None:
+    """One keep-alive HTTP/1.1 connection posting prebuilt requests until none are left.
+    A bare client, so that the load generator leaves the cores to the service."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        while next_index[0] < len(requests):
+            request = requests[next_index[0]]
+            next_index[0] += 1
+            started = time.perf_counter()
+            writer.write(request)
+            await writer.drain()
+            status = await reader.readline()
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            answer = await reader.readexactly(length)
+            if not status.startswith(b"HTTP/1.1 200"):
+                raise SystemExit(f"ingest answered {status!r}: {answer[:300]!r}")
+            latencies.append(time.perf_counter() - started)
+    finally:
+        writer.close()
+
+
+def http_requests(bodies: list[bytes], path: str = "/v1/kong") -> list[bytes]:
+    return [
+        b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body)
+        for body in bodies
+    ]
+
+
+async def post_all(port: int, requests: list[bytes], concurrency: int) -> tuple[float, list[float]]:
+    """Post every request over ``concurrency`` connections; (elapsed seconds, latencies)."""
+    latencies: list[float] = []
+    next_index = [0]
+    started = time.perf_counter()
+    await asyncio.gather(
+        *(_connection(port, requests, next_index, latencies) for _ in range(concurrency))
+    )
+    return time.perf_counter() - started, latencies
+
+
+def run_ingest(
+    base: JobSettings,
+    requests: list[bytes],
+    events: int,
+    workers: int,
+    concurrency: int,
+    compression: str,
+) -> dict[str, float]:
+    topics = run_scoped_topics(base.topics, new_run_id())
+    job = base.model_copy(update={"topics": topics})
+    create_topics(job)
+    port = free_port()
+    settings = IngestSettings.load(
+        kafka=base.kafka.model_dump(),
+        topics=topics.model_dump(),
+        ingest={
+            "port": port,
+            "workers": workers,
+            "linger_ms": LINGER_MS,
+            "compression": compression,
+        },
+    )
+    server = multiprocessing.get_context("spawn").Process(target=_serve, args=(settings,))
+    server.start()
+    try:
+        asyncio.run(_wait_ready(f"http://127.0.0.1:{port}/readyz"))
+        warm_up = requests[: max(1, len(requests) // 20)]
+        asyncio.run(post_all(port, warm_up, concurrency))
+        warm = topic_count(base.kafka.bootstrap_servers, topics.snapshots)
+        assert server.pid is not None
+        cpu = _cpu_s(server.pid)
+        elapsed, latencies = asyncio.run(post_all(port, requests, concurrency))
+        cpu = _cpu_s(server.pid) - cpu
+        rss_kib = _rss_peak_kib(server.pid)
+        in_topic = topic_count(base.kafka.bootstrap_servers, topics.snapshots) - warm
+    finally:
+        if server.pid is not None:
+            os.kill(server.pid, signal.SIGTERM)
+        server.join(60)
+        delete_topics(job)
+    if in_topic != events:
+        raise SystemExit(f"ingest: {in_topic} records in the topic for {events} events")
+    latencies.sort()
+    return {
+        "events_per_s": events / elapsed,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+        "rss_mib": rss_kib / 1024,
+        "cpu_us": cpu / events * 1e6,
+    }
+
+
+@contextmanager
+def broker(bootstrap: str | None) -> Iterator[str]:
+    if bootstrap:
+        yield bootstrap
+        return
+    with tempfile.TemporaryDirectory(prefix="anchorwatch-bench-") as tmp:
+        settings = StackSettings.load(
+            stack={
+                "state_dir": Path(tmp),
+                "kafka_port": free_port(),
+                "controller_port": free_port(),
+                "kafka_heap": "1g",
+            },
+        )
+        stack = Stack(settings)
+        try:
+            stack.up(with_flink=False)
+            yield stack.kafka.bootstrap
+        finally:
+            stack.down()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--batch", type=int, default=100, help="Kong entries per request")
+    parser.add_argument("--concurrency", type=int, default=8, help="client connections")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--bootstrap", help="use this broker instead of starting one")
+    parser.add_argument(
+        "--compression", default="lz4", help="producer compression.type, for both sides"
+    )
+    args = parser.parse_args()
+    print("load average (1, 5, 15 min) at the start: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
+
+    t = time.perf_counter()
+    events = make_events(args.events)
+    records = [(e.doc_type.encode(), encode(e)) for e in events]
+    bodies = [
+        orjson.dumps([to_kong_entry(e) for e in events[i : i + args.batch]])
+        for i in range(0, len(events), args.batch)
+    ]
+    requests = http_requests(bodies)
+    entry_size = sum(map(len, bodies)) / len(events)
+    record_size = sum(len(v) for _, v in records) / len(events)
+    print(
+        f"{len(events)} events, {len(bodies)} Kong batches of {args.batch} "
+        f"({entry_size:,.0f} bytes/entry, {record_size:,.0f} bytes/record); "
+        f"prepared in {time.perf_counter() - t:.1f}s"
+    )
+    with broker(args.bootstrap) as bootstrap:
+        base = JobSettings.load(kafka={"bootstrap_servers": bootstrap})
+        plain_topics = run_scoped_topics(base.topics, new_run_id())
+        plain_job = base.model_copy(update={"topics": plain_topics})
+        create_topics(plain_job)
+        try:
+            topic, compression = plain_topics.snapshots, args.compression
+            plain_producer(bootstrap, topic, records[: len(records) // 20], compression)
+            plain, plain_cpu = plain_producer(bootstrap, topic, records, compression)
+        finally:
+            delete_topics(plain_job)
+        print(
+            f"plain confluent-kafka producer: {plain:>10,.0f} events/s, "
+            f"{plain_cpu:.1f} us CPU per event"
+        )
+        for workers in args.workers:
+            r = run_ingest(base, requests, len(events), workers, args.concurrency, args.compression)
+            print(
+                f"ingest over HTTP, {workers} worker(s): {r['events_per_s']:>10,.0f} events/s "
+                f"({r['events_per_s'] / plain:.0%} of plain), request p50 {r['p50_ms']:.1f} ms, "
+                f"p99 {r['p99_ms']:.1f} ms, peak RSS {r['rss_mib']:.0f} MiB, "
+                f"{r['cpu_us']:.1f} us CPU per event; topic holds exactly {len(events)} records"
+            )
+        print(
+            "load average (1, 5, 15 min) at the end: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
+        )
+
+
+if __name__ == "__main__":
+    main()

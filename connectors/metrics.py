@@ -1,0 +1,73 @@
+"""Prometheus metrics of the ingest service, on an injectable registry.
+
+With several worker processes, prometheus_client's multiprocess mode aggregates the
+workers' values (``PROMETHEUS_MULTIPROC_DIR``, set up by ``server.serve``); gauges then say
+how to combine them.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class IngestMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.records = Counter(
+            "anchorwatch_ingest_records_total",
+            "Records by outcome once answered: accepted (in the snapshots topic), rejected "
+            "(in the dead-letter topic), failed (the client was told to retry: 503).",
+            ["format", "outcome"],
+            registry=registry,
+        )
+        self.rejected = Counter(
+            "anchorwatch_ingest_rejected_total",
+            "Dead-lettered records by reason: the first bad field, list indexes removed.",
+            ["format", "reason"],
+            registry=registry,
+        )
+        self.requests = Histogram(
+            "anchorwatch_ingest_request_seconds",
+            "Ingest request latency, from the request line to the response, by status code.",
+            ["format", "code"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.produce = Histogram(
+            "anchorwatch_ingest_produce_seconds",
+            "From a request's first record handed to the producer to Kafka acknowledging its "
+            "last one.",
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.bytes_in = Counter(
+            "anchorwatch_ingest_received_bytes_total",
+            "Request body bytes received.",
+            ["format"],
+            registry=registry,
+        )
+        self.unavailable = Counter(
+            "anchorwatch_ingest_unavailable_total",
+            "503 answers by cause: kafka_down, queue_full, delivery_failed, shutting_down.",
+            ["cause"],
+            registry=registry,
+        )
+        self.queue_depth = Gauge(
+            "anchorwatch_ingest_producer_queue_records",
+            "Records in the producer's queue: waiting to be sent or to be acknowledged.",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.inflight_bytes = Gauge(
+            "anchorwatch_ingest_inflight_bytes",
+            "Bytes of records handed to the producer and not yet acknowledged.",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.kafka_up = Gauge(
+            "anchorwatch_ingest_kafka_up",
+            "1 when the producer has a connection to a Kafka broker, else 0.",
+            registry=registry,
+            multiprocess_mode="livemin",
+        )

@@ -1,0 +1,146 @@
+"""Request bodies and log lines -> validated snapshot events and rejects. Pure logic.
+
+Two input formats:
+
+- ``kong``: what Kong's http-log plugin posts, one log entry (a JSON object) or a JSON array
+  of them when it batches (see ``kong.py`` for the mapping);
+- ``ndjson``: snapshot events in the project's own schema, one JSON object per line.
+
+A body as a whole that cannot be read (not JSON at all, empty) raises ``BodyError``; every
+entry or line that does not fit the contract becomes a ``Rejected`` with the raw bytes and a
+``ContractError`` naming the field, for the dead-letter topic.
+
+Accepted events come out validated and encoded (``validation.snapshot_record``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from anchorwatch.connectors.kong import DEFAULT_FORMAT, KongFormat, json_kind, kong_record, redacted
+from anchorwatch.connectors.validation import Accepted, snapshot_record
+from anchorwatch.contracts import ContractError, FieldProblem, SnapshotEvent
+
+Format = Literal["kong", "ndjson"]
+
+
+class BodyError(ValueError):
+    """The body as a whole is unusable (HTTP 400): not JSON at all, or empty."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    raw: bytes
+    error: ContractError
+
+
+@dataclass(slots=True)
+class Batch:
+    accepted: list[Accepted] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.accepted) + len(self.rejected)
+
+
+def kong_body(body: bytes, fmt: KongFormat = DEFAULT_FORMAT, *, source: str) -> Batch:
+    """One Kong http-log request body: an entry or an array of entries."""
+    if not body.strip():
+        raise BodyError("empty body: expected a Kong log entry (a JSON object) or an array of them")
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BodyError(f"body is not JSON: {exc}") from None
+    if not isinstance(value, dict | list):
+        raise BodyError(
+            f"expected a Kong log entry (a JSON object) or an array of them, got {json_kind(value)}"
+        )
+    batch = Batch()
+    add_kong_value(batch, value, body if isinstance(value, dict) else None, fmt, source=source)
+    return batch
+
+
+def add_kong_value(
+    batch: Batch, value: Any, raw: bytes | None, fmt: KongFormat, *, source: str
+) -> None:
+    """Add one parsed Kong entry, or each entry of an array, to ``batch``. ``raw`` is the
+    entry's original bytes when known; otherwise, or when the entry carries a header to
+    redact, the dead letter gets the entry re-serialized."""
+    entries = value if isinstance(value, list) else [value]
+    for entry in entries:
+        try:
+            batch.accepted.append(kong_record(entry, fmt, source=source))
+        except ContractError as error:
+            safe = redacted(entry, fmt.redact)
+            kept = raw if raw is not None and safe is entry else orjson.dumps(safe)
+            batch.rejected.append(Rejected(kept, error))
+
+
+def ndjson_body(body: bytes, *, source: str) -> Batch:
+    """NDJSON snapshot events, one per line; blank lines are skipped."""
+    batch = Batch()
+    parsed_any = False
+    for line in body.split(b"\n"):
+        line = line.rstrip(b"\r")
+        if not line.strip():
+            continue
+        try:
+            data = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            error = ContractError(
+                SnapshotEvent.__name__, [FieldProblem("$", f"not valid JSON: {exc}")]
+            )
+            batch.rejected.append(Rejected(line, error))
+            continue
+        parsed_any = True
+        try:
+            batch.accepted.append(ndjson_record(data, source=source))
+        except ContractError as error:
+            batch.rejected.append(Rejected(line, error))
+    if not parsed_any:
+        if not batch.rejected:
+            raise BodyError("empty body: expected snapshot events, one JSON object per line")
+        raise BodyError(f"body is not NDJSON: no line is JSON ({batch.rejected[0].error})")
+    return batch
+
+
+def ndjson_record(data: Any, *, source: str) -> Accepted:
+    """Validate one parsed NDJSON line; an event without a ``source`` gets ``source``."""
+    if isinstance(data, dict) and data.get("source") is None:
+        data["source"] = source
+    return snapshot_record(data)
+
+
+_INDEX = re.compile(r"\[\d+\]")
+
+
+def reason_label(error: ContractError) -> str:
+    """A metric label for a rejection: the first bad field without list indexes (a small,
+    fixed set: the contract's fields and the configured headers), or ``not_json`` /
+    ``record`` for problems with the record as a whole."""
+    problem = error.problems[0] if error.problems else FieldProblem("$", "")
+    if problem.field == "$":
+        return "not_json" if problem.reason.startswith("not valid JSON") else "record"
+    return _INDEX.sub("[]", problem.field)[:120]
+
+
+def reason_summary(rejected: list[Rejected], limit: int = 5) -> list[dict[str, Any]]:
+    """The first ``limit`` distinct reasons, in order of first appearance, with counts."""
+    counts = Counter(reason_label(r.error) for r in rejected)
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for r in rejected:
+        label = reason_label(r.error)
+        if label in seen:
+            continue
+        seen.add(label)
+        first = r.error.problems[0] if r.error.problems else FieldProblem("$", str(r.error))
+        out.append({"field": first.field, "reason": first.reason[:500], "count": counts[label]})
+        if len(out) == limit:
+            break
+    return out

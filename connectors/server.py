@@ -1,0 +1,363 @@
+"""`anchorwatch ingest serve`: the HTTP front door (aiohttp).
+
+Routes:
+
+- ``POST /v1/kong``: Kong http-log bodies (an entry, or an array of entries when batching);
+- ``POST /v1/events``: NDJSON snapshot events in the project's schema;
+- ``GET /healthz`` (the process answers), ``GET /readyz`` (Kafka reachable, not shutting
+  down), ``GET /metrics`` (Prometheus).
+
+Answers: 200 once Kafka has acknowledged every record of the request (the events in the
+snapshots topic, the rejects in the dead-letter topic), with counts and the first few
+reasons; 400 for a body that is not JSON at all; 401 without the bearer token (when one is
+configured); 413 for a body over ``ingest.max_body_bytes``; 503 with ``Retry-After`` when
+Kafka is unreachable, the producer queue is full, a record was not acknowledged, or the
+service is shutting down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import hmac
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import multiprocess as prometheus_multiprocess
+
+from anchorwatch import logs
+from anchorwatch.connectors.kong import KongFormat
+from anchorwatch.connectors.metrics import IngestMetrics
+from anchorwatch.connectors.producer import AckingProducer, Unavailable
+from anchorwatch.connectors.records import (
+    Batch,
+    BodyError,
+    Format,
+    kong_body,
+    ndjson_body,
+    reason_label,
+    reason_summary,
+)
+from anchorwatch.connectors.settings import IngestSettings
+from anchorwatch.errors import AnchorwatchError
+
+log = logging.getLogger(__name__)
+
+_MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
+_RETRY_NOTE: Final = (
+    "retry the whole request; records already written may then appear twice in the topic, "
+    "and event_id is the key to deduplicate them"
+)
+
+
+def kong_format(settings: IngestSettings) -> KongFormat:
+    o = settings.ingest
+    return KongFormat(
+        doc_type=o.doc_type_header,
+        snapshot_status=o.snapshot_status_header,
+        anchor_count=o.anchor_count_header,
+        snapshot_log=o.snapshot_log_header,
+        request_id=o.request_id_header,
+        locations=tuple(o.header_locations),
+        redact=frozenset(o.redact_headers),
+    )
+
+
+def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
+    )
+
+
+class IngestService:
+    """The aiohttp application and the producer behind it; ``start``/``stop`` for tests and
+    for ``serve``."""
+
+    def __init__(
+        self,
+        settings: IngestSettings,
+        *,
+        registry: CollectorRegistry | None = None,
+        reuse_port: bool = False,
+    ) -> None:
+        self.settings = settings
+        options = settings.ingest
+        self._token = options.token()
+        self._format = kong_format(settings)
+        self._source = options.source
+        self._max_body = options.max_body_bytes
+        self._retry_after = str(options.retry_after_s)
+        self._reuse_port = reuse_port
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = IngestMetrics(self.registry)
+        self.producer = AckingProducer(
+            settings.kafka, settings.topics, options, self.metrics, source=options.source
+        )
+        self._stopping = False
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    def app(self) -> web.Application:
+        # client_max_size: aiohttp refuses to read more than this (chunked bodies included).
+        app = web.Application(client_max_size=self._max_body)
+        app.router.add_post("/v1/kong", self._handler("kong"))
+        app.router.add_post("/v1/events", self._handler("ndjson"))
+        app.router.add_get("/healthz", self._health)
+        app.router.add_get("/readyz", self._ready)
+        app.router.add_get("/metrics", self._metrics)
+        return app
+
+    async def start(self) -> int:
+        """Connect the producer, bind, listen. Returns the bound port."""
+        await self.producer.start()
+        o = self.settings.ingest
+        self._runner = web.AppRunner(
+            self.app(), access_log=None, shutdown_timeout=o.shutdown_timeout_s
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, o.host, o.port, reuse_port=self._reuse_port or None)
+        await site.start()
+        address = self._runner.addresses[0]
+        self.port = int(address[1])
+        if self._token is None and o.host not in ("127.0.0.1", "::1", "localhost"):
+            log.warning(
+                "authentication is off: anyone who reaches this port can write events "
+                "(set ANCHORWATCH_INGEST__AUTH_TOKEN or _AUTH_TOKEN_FILE)",
+                extra={"host": o.host},
+            )
+        log.info(
+            "ingest service listening",
+            extra={
+                "host": o.host,
+                "port": self.port,
+                "auth": self._token is not None,
+                "snapshots_topic": self.settings.topics.snapshots,
+            },
+        )
+        return self.port
+
+    async def stop(self) -> None:
+        """Graceful: unready, stop listening, let in-flight requests finish (they wait for
+        Kafka's acknowledgements), then flush the producer."""
+        self._stopping = True
+        if self._runner is not None:
+            await self._runner.cleanup()
+        left = self.producer.close(self.settings.ingest.shutdown_timeout_s)
+        log.info("ingest service stopped", extra={"records_left": left})
+
+    # ------------------------------------------------------------------ handlers
+
+    def _handler(self, fmt: Format) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handle(request: web.Request) -> web.Response:
+            started = time.perf_counter()
+            response = await self._ingest(request, fmt)
+            elapsed = time.perf_counter() - started
+            self.metrics.requests.labels(fmt, str(response.status)).observe(elapsed)
+            return response
+
+        return handle
+
+    async def _ingest(self, request: web.Request, fmt: Format) -> web.Response:
+        if not self._authorized(request):
+            return _json(
+                401,
+                {"error": "missing or wrong bearer token (Authorization: Bearer <token>)"},
+                {"WWW-Authenticate": 'Bearer realm="anchorwatch-ingest"'},
+            )
+        if request.content_length is not None and request.content_length > self._max_body:
+            return self._too_large(request.content_length)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._too_large(None)
+        self.metrics.bytes_in.labels(fmt).inc(len(body))
+        try:
+            if fmt == "kong":
+                batch = kong_body(body, self._format, source=self._source)
+            else:
+                batch = ndjson_body(body, source=self._source)
+        except BodyError as exc:
+            return _json(400, {"error": str(exc)})
+        return await self._produce(fmt, batch)
+
+    async def _produce(self, fmt: Format, batch: Batch) -> web.Response:
+        records = self.metrics.records
+        try:
+            delivery = await self.producer.send(batch.accepted, batch.rejected)
+        except Unavailable as exc:
+            records.labels(fmt, "failed").inc(len(batch))
+            return self._unavailable(exc.cause, {"error": str(exc), "written": 0})
+        if not delivery.ok:
+            records.labels(fmt, "failed").inc(len(batch))
+            return self._unavailable(
+                "delivery_failed",
+                {
+                    "error": f"Kafka did not acknowledge {delivery.failed} of "
+                    f"{delivery.records} records",
+                    "errors": delivery.errors,
+                    "written": delivery.records - delivery.failed,
+                    "note": _RETRY_NOTE,
+                },
+            )
+        records.labels(fmt, "accepted").inc(len(batch.accepted))
+        if batch.rejected:
+            records.labels(fmt, "rejected").inc(len(batch.rejected))
+            for r in batch.rejected:
+                self.metrics.rejected.labels(fmt, reason_label(r.error)).inc()
+            log.info(
+                "records dead-lettered",
+                extra={
+                    "format": fmt,
+                    "accepted": len(batch.accepted),
+                    "rejected": len(batch.rejected),
+                    "first_reason": str(batch.rejected[0].error)[:300],
+                },
+            )
+        return _json(
+            200,
+            {
+                "accepted": len(batch.accepted),
+                "rejected": len(batch.rejected),
+                "already_written": delivery.already_written,
+                "reasons": reason_summary(batch.rejected),
+            },
+        )
+
+    def _authorized(self, request: web.Request) -> bool:
+        if self._token is None:
+            return True
+        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        # Constant time: the comparison leaks neither prefix length nor content.
+        return hmac.compare_digest(presented.strip().encode(), self._token)
+
+    def _too_large(self, length: int | None) -> web.Response:
+        size = f"{length} bytes" if length is not None else "the body"
+        return _json(
+            413,
+            {
+                "error": f"{size} exceeds the limit of {self._max_body} bytes "
+                "(ingest.max_body_bytes); send smaller batches"
+            },
+        )
+
+    def _unavailable(self, cause: str, body: dict[str, Any]) -> web.Response:
+        self.metrics.unavailable.labels(cause).inc()
+        body["retry_after_s"] = int(self._retry_after)
+        return _json(503, body, {"Retry-After": self._retry_after})
+
+    async def _health(self, _request: web.Request) -> web.Response:
+        return _json(200, {"status": "ok"})
+
+    async def _ready(self, _request: web.Request) -> web.Response:
+        if self._stopping:
+            return _json(503, {"ready": False, "reason": "shutting down"})
+        if not self.producer.ready:
+            return _json(503, {"ready": False, "reason": "Kafka is unreachable"})
+        return _json(200, {"ready": True})
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        registry = self.registry
+        if os.environ.get(_MULTIPROC_ENV):
+            registry = CollectorRegistry()
+            prometheus_multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return web.Response(
+            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+
+# ---------------------------------------------------------------------- entry points
+
+
+async def _run_until_signalled(settings: IngestSettings, *, reuse_port: bool) -> None:
+    service = IngestService(settings, reuse_port=reuse_port)
+    # Each request allocates tens of thousands of short-lived objects (parsed JSON, none in
+    # cycles): collect the young generation less often, and keep the startup heap out of
+    # full collections. Measured: about 10% less CPU per event.
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await service.start()
+    await stop.wait()
+    log.info("stopping: finishing in-flight requests, then flushing")
+    await service.stop()
+
+
+def _worker(settings: IngestSettings, log_level: str) -> None:
+    logs.configure(log_level)
+    # The parent forwards SIGTERM; a terminal's Ctrl-C reaches every process of the group.
+    asyncio.run(_run_until_signalled(settings, reuse_port=True))
+
+
+def serve(settings: IngestSettings, *, log_level: str = "INFO") -> None:
+    """Run the service until SIGTERM/SIGINT; with ``ingest.workers`` > 1, as that many
+    processes sharing the port."""
+    workers = settings.ingest.workers
+    if workers == 1:
+        asyncio.run(_run_until_signalled(settings, reuse_port=False))
+        return
+    if settings.ingest.port == 0:
+        raise AnchorwatchError("ingest.port: several workers need a fixed port, not 0")
+    own_dir = None
+    if not os.environ.get(_MULTIPROC_ENV):
+        # Workers write their metrics here; any of them serves the sum on /metrics.
+        own_dir = tempfile.mkdtemp(prefix="anchorwatch-ingest-metrics-")
+        os.environ[_MULTIPROC_ENV] = own_dir
+    context = multiprocessing.get_context("spawn")
+    processes = [
+        context.Process(target=_worker, args=(settings, log_level), name=f"ingest-{i}")
+        for i in range(workers)
+    ]
+    try:
+        for p in processes:
+            p.start()
+        _wait_for_workers(processes)
+    finally:
+        if own_dir is not None:
+            shutil.rmtree(own_dir, ignore_errors=True)
+            del os.environ[_MULTIPROC_ENV]
+
+
+def _wait_for_workers(processes: list[Any]) -> None:
+    stopping = False
+    crashed: list[str] = []
+
+    def forward(_sig: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for p in processes:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGTERM)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while any(p.is_alive() for p in processes):
+            for p in processes:
+                p.join(0.2)
+                if not stopping and not p.is_alive() and p.exitcode:
+                    # One worker died: stop the rest rather than serve at reduced capacity.
+                    log.error("ingest worker exited", extra={"worker": p.name, "code": p.exitcode})
+                    crashed.append(p.name)
+                    forward(signal.SIGTERM, None)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for p in processes:
+            if p.pid is not None:
+                prometheus_multiprocess.mark_process_dead(p.pid)  # type: ignore[no-untyped-call]
+    if crashed:
+        raise AnchorwatchError(f"ingest worker {crashed[0]} failed; see its log lines above")

@@ -1,0 +1,168 @@
+"""The service as a whole without a reachable Kafka: its endpoint (/metrics, /healthz,
+/readyz), its lock on the state directory, its commands (`serve`, `incidents`), and the
+senders delivering what the state holds while Kafka is down."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from click.testing import CliRunner
+from prometheus_client import CollectorRegistry, Counter
+
+from anchorwatch.alerting.cli import alerting
+from anchorwatch.alerting.http import Endpoint
+from anchorwatch.alerting.local_jira import LocalJira
+from anchorwatch.alerting.notify import ManualClock
+from anchorwatch.alerting.service import AlertingService, AlertingServiceError, StateLock
+from anchorwatch.alerting.settings import AlertingSettings
+from anchorwatch.errors import AnchorwatchError
+from anchorwatch.stack.processes import free_port
+from tests.unit.test_alerting_service import TOKEN, Harness, settings_for
+from tests.unit.test_alerting_service_support import LocalSlackWithHistory, lifecycle
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith("ANCHORWATCH_"):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture
+def slack() -> Iterator[LocalSlackWithHistory]:
+    with LocalSlackWithHistory(token=TOKEN) as server:
+        yield server
+
+
+def test_endpoint_serves_metrics_and_probes() -> None:
+    registry = CollectorRegistry()
+    Counter("anchorwatch_test_total", "a counter", registry=registry).inc(3)
+    ready = {"ok": False}
+    endpoint = Endpoint(
+        "127.0.0.1",
+        0,
+        registry,
+        lambda: (True, {"threads": {"consumer": True}}),
+        lambda: (ready["ok"], {"kafka": ready["ok"]}),
+    ).start()
+    try:
+        metrics = requests.get(f"{endpoint.url}/metrics", timeout=5)
+        assert metrics.status_code == 200
+        assert "anchorwatch_test_total 3.0" in metrics.text
+        health = requests.get(f"{endpoint.url}/healthz", timeout=5)
+        assert (health.status_code, health.json()["ok"]) == (200, True)
+        not_ready = requests.get(f"{endpoint.url}/readyz", timeout=5)
+        assert (not_ready.status_code, not_ready.json()) == (503, {"ok": False, "kafka": False})
+        ready["ok"] = True
+        assert requests.get(f"{endpoint.url}/readyz", timeout=5).status_code == 200
+        assert requests.get(f"{endpoint.url}/nothing", timeout=5).status_code == 404
+    finally:
+        endpoint.stop()
+
+
+def test_a_busy_metrics_port_is_a_clear_error() -> None:
+    first = Endpoint(
+        "127.0.0.1", 0, CollectorRegistry(), lambda: (True, {}), lambda: (True, {})
+    ).start()
+    port = int(first.url.rsplit(":", 1)[1])
+    try:
+        with pytest.raises(AnchorwatchError, match=f"cannot listen on 127.0.0.1:{port}"):
+            Endpoint("127.0.0.1", port, CollectorRegistry(), lambda: (True, {}), lambda: (True, {}))
+    finally:
+        first.stop()
+
+
+def test_one_service_per_state_directory(tmp_path: Path) -> None:
+    lock = StateLock(tmp_path)
+    with pytest.raises(AlertingServiceError, match=f"pid {os.getpid()}.*uses {tmp_path}"):
+        StateLock(tmp_path)
+    lock.release()
+    StateLock(tmp_path).release()
+
+
+def test_queued_notifications_go_out_while_kafka_is_down(
+    tmp_path: Path, slack: LocalSlackWithHistory
+) -> None:
+    # A previous run decided an incident and died before sending anything.
+    h = Harness(settings_for(tmp_path, slack, None), ManualClock(start=time.time()))
+    h.publish(lifecycle("invoice")[:4])
+    h.consume()
+    h.store.close()
+    for d in h.drainers:
+        d._store.close()
+    settings = AlertingSettings.load(
+        kafka={"bootstrap_servers": f"127.0.0.1:{free_port()}"},
+        alerting={
+            "state_dir": tmp_path / "state",
+            "metrics_port": 0,
+            "drift_events": False,
+            "slack_rate_per_s": 100,
+        },
+        slack={"mode": "bot", "api_url": slack.api_url, "bot_token": TOKEN, "charts": False},
+    )
+    service = AlertingService(settings).start()
+    try:
+        deadline = time.monotonic() + 20
+        while len(slack.messages) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # The parent as posted (the update edited it since), then the update in its thread.
+        first = [m["edits"][0]["text"] if m["edits"] else m["text"] for m in slack.messages]
+        assert [text.split(" ")[0] for text in first] == ["[WARNING]", "Update"]
+        ready = requests.get(f"{service.endpoint_url}/readyz", timeout=5)
+        assert ready.status_code == 503
+        assert ready.json()["kafka"] is False
+        assert requests.get(f"{service.endpoint_url}/healthz", timeout=5).status_code == 200
+        metrics = requests.get(f"{service.endpoint_url}/metrics", timeout=5).text
+        assert (
+            'anchorwatch_alerting_notifications_total{integration="slack",outcome="sent"} 2.0'
+            in (metrics)
+        )
+        assert 'anchorwatch_alerting_incidents_open{severity="critical"} 1.0' in metrics
+    finally:
+        service.stop()
+
+
+def test_incidents_command_lists_open_and_recent_incidents(
+    tmp_path: Path, slack: LocalSlackWithHistory
+) -> None:
+    with LocalJira() as jira:
+        h = Harness(settings_for(tmp_path, slack, jira), ManualClock(start=time.time()))
+        h.publish(lifecycle("invoice") + lifecycle("<!channel> ünïcode", first_minute=2)[:4])
+        h.run()
+    state = str(tmp_path / "state")
+    runner = CliRunner()
+    table = runner.invoke(alerting, ["incidents", "--state-dir", state])
+    assert table.exit_code == 0, table.output
+    lines = table.output.splitlines()
+    assert lines[0].split()[:3] == ["STATE", "SEVERITY", "OPENED"]
+    assert len(lines) == 2
+    assert lines[1].startswith("open     critical")
+    assert "<!channel> ünïcode" in lines[1]
+    every = runner.invoke(alerting, ["incidents", "--state-dir", state, "--all", "--json"])
+    records = [json.loads(line) for line in every.output.splitlines()]
+    assert [(r["state"], r["doc_type"]) for r in records] == [
+        ("open", "<!channel> ünïcode"),
+        ("resolved", "invoice"),
+    ]
+    resolved = records[1]
+    assert resolved["jira"].startswith("OPS-")
+    assert resolved["resolved_at"].endswith("Z")
+    assert resolved["deliveries"]["slack"] == {"done": 4}
+    missing = runner.invoke(alerting, ["incidents", "--state-dir", str(tmp_path / "none")])
+    assert missing.exit_code != 0
+    assert "no alerting state" in str(missing.exception)
+
+
+def test_serve_refuses_bad_settings_naming_the_field(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        alerting, ["serve"], env={"ANCHORWATCH_ALERTING__SLACK_RATE_PER_S": "0"}
+    )
+    assert result.exit_code != 0
+    assert "alerting.slack_rate_per_s" in str(result.exception)
+    assert "ANCHORWATCH_ALERTING__SLACK_RATE_PER_S" in str(result.exception)

@@ -1,0 +1,234 @@
+"""The alerting state file: one transaction per batch, the outbox's per-incident order,
+references written by senders surviving the consumer's upserts, restart, pruning."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anchorwatch.alerting.store import (
+    BatchWrite,
+    DocTypeRow,
+    IncidentRow,
+    NewEntry,
+    Store,
+    StoreError,
+)
+
+
+def row(incident_id: str = "i1", state: str = "open", **changes: Any) -> IncidentRow:
+    values: dict[str, Any] = {
+        "incident_id": incident_id,
+        "doc_type": "invoice",
+        "rule": "drift",
+        "state": state,
+        "severity": "warning",
+        "opened_at_ms": 1_000,
+        "resolved_at_ms": None,
+        "record": {"incident_id": incident_id, "peak_mean_drift": 0.9},
+        "next_seq": 2,
+        "last_update_window_ms": 0,
+        "updated_ms": 1_000,
+    }
+    values.update(changes)
+    return IncidentRow(**values)
+
+
+def entry(incident_id: str, seq: int, integration: str = "slack", **changes: Any) -> NewEntry:
+    values: dict[str, Any] = {
+        "incident_id": incident_id,
+        "seq": seq,
+        "integration": integration,
+        "action": "open" if seq == 1 else "update",
+        "kind": "opened" if seq == 1 else "updated",
+        "payload": {"n": seq},
+        "consumed_ms": 500,
+    }
+    values.update(changes)
+    return NewEntry(**values)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path)
+
+
+def batch(now_ms: int = 1_000, **fields: Any) -> BatchWrite:
+    return BatchWrite(now_ms=now_ms, **fields)
+
+
+def test_a_batch_is_restored_as_committed(store: Store, tmp_path: Path) -> None:
+    store.commit_batch(
+        batch(
+            offsets={("verdicts", 0): 11, ("verdicts", 3): 4},
+            policy_version="p1",
+            tracker_states={"invoice": [{"doc_type": "invoice", "rule": "drift", "run": 2}]},
+            doc_types=[DocTypeRow("invoice", 120_000, [[120_000, 180_000, 0.9, 0.85, 40]], 3)],
+            verdict_ids=["v-a", "v-b"],
+            incidents=[row("i1"), row("i2", state="resolved", resolved_at_ms=9)],
+            outbox=[entry("i1", 1)],
+            meta={"watermarks": '{"3": 180000}'},
+        ),
+        keep_verdict_ids=100,
+    )
+    again = Store(tmp_path)
+    restored = again.restore()
+    assert restored.offsets == {("verdicts", 0): 11, ("verdicts", 3): 4}
+    assert restored.policy_version == "p1"
+    assert restored.tracker_states["invoice"][0]["run"] == 2
+    assert restored.doc_types["invoice"].history == [[120_000, 180_000, 0.9, 0.85, 40]]
+    assert [r.incident_id for r in restored.open_incidents] == ["i1"]
+    assert restored.meta["watermarks"] == '{"3": 180000}'
+    assert restored.doc_types["invoice"].partition == 3
+    assert again.seen_verdicts(["v-a", "v-x"]) == {"v-a"}
+    assert again.path.with_name(again.path.name + "-wal").exists()  # WAL mode
+
+
+def test_a_failing_batch_writes_nothing(store: Store) -> None:
+    store.commit_batch(batch(outbox=[entry("i1", 1)], incidents=[row()]), keep_verdict_ids=10)
+    with pytest.raises(sqlite3.IntegrityError):
+        # The same (incident, integration, seq) twice: the whole batch is rolled back.
+        store.commit_batch(
+            batch(offsets={("verdicts", 0): 99}, outbox=[entry("i1", 2), entry("i1", 1)]),
+            keep_verdict_ids=10,
+        )
+    assert store.restore().offsets == {}
+    assert [r["seq"] for r in store.outbox_rows()] == [1]
+
+
+def test_recent_verdict_ids_are_bounded(store: Store) -> None:
+    for i in range(5):
+        store.commit_batch(batch(verdict_ids=[f"v{i}a", f"v{i}b"]), keep_verdict_ids=3)
+    assert store.seen_verdicts([f"v{i}{x}" for i in range(5) for x in "ab"]) == {
+        "v3b",
+        "v4a",
+        "v4b",
+    }
+
+
+def test_due_takes_only_the_lowest_unfinished_seq_of_each_incident(store: Store) -> None:
+    store.commit_batch(
+        batch(
+            incidents=[row("i1"), row("i2")],
+            outbox=[
+                entry("i1", 1),
+                entry("i2", 1),
+                entry("i1", 2),
+                entry("i1", 3),
+                entry("i1", 1, integration="jira"),
+            ],
+        ),
+        keep_verdict_ids=0,
+    )
+    first = store.due("slack", 2_000, 10)
+    assert [(e.incident_id, e.seq) for e in first] == [("i1", 1), ("i2", 1)]
+    assert first[0].payload == {"n": 1}
+    store.mark_attempting([first[0].id], 2_000)
+    # Attempting is not finished: it still holds back seq 2 and comes back as attempting.
+    again = store.due("slack", 2_000, 10)
+    assert [(e.seq, e.status, e.attempts) for e in again][:1] == [(1, "attempting", 1)]
+    store.mark_done([first[0].id], "sent", 2_100, incident_id="i1", refs={"slack_ts": "1.2"})
+    # A head that is not due holds back its successors.
+    store.reschedule([first[1].id], 9_000, "503")
+    assert [(e.incident_id, e.seq) for e in store.due("slack", 2_200, 10)] == [("i1", 2)]
+    assert store.next_due_ms("slack") == 1_000
+    # A failed entry does not block the next one.
+    head = store.due("slack", 2_200, 10)[0]
+    store.mark_failed(head.id, "channel_not_found", 2_300)
+    assert [(e.incident_id, e.seq) for e in store.due("slack", 2_300, 10)] == [("i1", 3)]
+    assert [(e.incident_id, e.seq) for e in store.due("slack", 9_000, 10)] == [
+        ("i2", 1),
+        ("i1", 3),
+    ]
+    assert store.pending_counts() == {"slack": 2, "jira": 1, "events": 0}
+
+
+def test_sender_references_survive_the_consumers_upserts(store: Store) -> None:
+    store.commit_batch(batch(incidents=[row()], outbox=[entry("i1", 1)]), keep_verdict_ids=0)
+    e = store.due("slack", 2_000, 1)[0]
+    store.mark_done(
+        [e.id], "sent", 2_000, incident_id="i1", refs={"slack_channel": "C1", "slack_ts": "1.5"}
+    )
+    store.commit_batch(
+        batch(incidents=[row(severity="critical", next_seq=3)], outbox=[entry("i1", 2)]),
+        keep_verdict_ids=0,
+    )
+    update = store.due("slack", 3_000, 1)[0]
+    assert (update.refs.slack_channel, update.refs.slack_ts) == ("C1", "1.5")
+    assert store.incident("i1") == row(severity="critical", next_seq=3)
+    with pytest.raises(ValueError, match="unknown incident references"):
+        store.mark_done([update.id], "sent", 1, incident_id="i1", refs={"state": "x"})
+
+
+def test_superseding_looks_only_at_the_next_entry(store: Store) -> None:
+    store.commit_batch(
+        batch(
+            incidents=[row()],
+            outbox=[
+                entry("i1", 1, kind="progress"),
+                entry("i1", 2, kind="progress"),
+                entry("i1", 3, kind="resolved", action="resolve"),
+            ],
+        ),
+        keep_verdict_ids=0,
+    )
+    first = store.due("slack", 10**9, 1)[0]
+    assert store.has_later_update(first)
+    # The second is followed by a resolution, not an update; the third by nothing.
+    assert not store.has_later_update(replace(first, seq=2))
+    assert not store.has_later_update(replace(first, seq=3))
+
+
+def test_prune_forgets_old_resolved_incidents_but_not_undelivered_ones(store: Store) -> None:
+    store.commit_batch(
+        batch(
+            incidents=[
+                row("old", state="resolved", updated_ms=10),
+                row("stuck", state="resolved", updated_ms=10),
+                row("open", updated_ms=10),
+            ],
+            outbox=[entry("old", 1), entry("stuck", 1)],
+        ),
+        keep_verdict_ids=0,
+    )
+    old = next(e for e in store.due("slack", 10**9, 10) if e.incident_id == "old")
+    store.mark_done([old.id], "sent", 20)
+    assert store.prune(before_ms=100) == 1
+    assert store.incident("old") is None
+    assert store.incident("stuck") is not None
+    assert store.incident("open") is not None
+    assert [r["incident_id"] for r in store.outbox_rows()] == ["stuck"]
+
+
+def test_listing_shows_references_and_delivery_states(store: Store) -> None:
+    store.commit_batch(
+        batch(incidents=[row("i1"), row("i2", state="resolved")], outbox=[entry("i1", 1)]),
+        keep_verdict_ids=0,
+    )
+    e = store.due("slack", 10**9, 1)[0]
+    store.mark_done([e.id], "sent", 5, incident_id="i1", refs={"jira_key": "OPS-7"})
+    open_only = store.list_incidents(open_only=True, limit=10)
+    assert [(i.row.incident_id, i.refs.jira_key, i.deliveries) for i in open_only] == [
+        ("i1", "OPS-7", {"slack": {"done": 1}})
+    ]
+    assert len(store.list_incidents(open_only=False, limit=10)) == 2
+
+
+def test_a_missing_or_newer_state_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no alerting state"):
+        Store(tmp_path / "nowhere", create=False)
+    store = Store(tmp_path)
+    store.meta_set("schema_version", "99")
+    store.close()
+    with pytest.raises(StoreError, match="schema 99"):
+        Store(tmp_path)
+
+
+def test_readers_see_committed_state_while_a_writer_holds_it(tmp_path: Path) -> None:
+    writer, reader = Store(tmp_path), Store(tmp_path, create=False)
+    writer.commit_batch(batch(incidents=[row()]), keep_verdict_ids=0)
+    assert [i.row.incident_id for i in reader.list_incidents(open_only=True, limit=5)] == ["i1"]

@@ -1,0 +1,96 @@
+"""The ingest service's settings: defaults, environment, validation naming the field, secrets."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from anchorwatch.connectors.server import kong_format
+from anchorwatch.connectors.settings import IngestSettings
+from anchorwatch.settings import SettingsError, describe_fields
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith("ANCHORWATCH_"):
+            monkeypatch.delenv(key)
+
+
+def test_defaults_match_the_documented_header_names() -> None:
+    s = IngestSettings.load()
+    assert (s.ingest.host, s.ingest.port, s.ingest.workers) == ("127.0.0.1", 8686, 1)
+    assert s.ingest.token() is None
+    fmt = kong_format(s)
+    assert (fmt.doc_type, fmt.snapshot_status, fmt.anchor_count, fmt.snapshot_log) == (
+        "x-anthropic-doc-type",
+        "x-anthropic-snapshot-status",
+        "x-anthropic-anchor-count",
+        "x-anthropic-snapshot-log",
+    )
+    assert (fmt.request_id, fmt.locations) == ("x-request-id", ("request", "response"))
+
+
+def test_environment_and_file_configure_the_section(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "aw.toml"
+    config.write_text('[ingest]\nport = 9999\ndoc_type_header = "X-Doc-Type"\n')
+    monkeypatch.setenv("ANCHORWATCH_INGEST__HEADER_LOCATIONS", '["response"]')
+    s = IngestSettings.load(config)
+    assert s.ingest.port == 9999
+    assert s.ingest.doc_type_header == "x-doc-type"  # compared case-insensitively
+    assert kong_format(s).locations == ("response",)
+
+
+@pytest.mark.parametrize(
+    ("ingest", "message"),
+    [
+        (
+            {"doc_type_header": "x doc"},
+            "ingest.doc_type_header (ANCHORWATCH_INGEST__DOC_TYPE_HEADER",
+        ),
+        ({"max_body_bytes": 10}, "ingest.max_body_bytes"),
+        ({"header_locations": ["request", "request"]}, "must not repeat a location"),
+        ({"header_locations": ["body"]}, "ingest.header_locations.0"),
+        ({"anchor_count_header": "x-anthropic-doc-type"}, "the five header names must differ"),
+        ({"auth_token": "t", "auth_token_file": "/x"}, "set auth_token or auth_token_file"),
+        ({"source": ""}, "ingest.source"),
+    ],
+)
+def test_bad_settings_name_the_field(ingest: dict[str, object], message: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        IngestSettings.load(ingest=ingest)
+    assert message in str(info.value)
+
+
+def test_the_token_comes_from_the_environment_or_a_file_and_is_never_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANCHORWATCH_INGEST__AUTH_TOKEN", "s3cret-env")
+    s = IngestSettings.load()
+    assert s.ingest.token() == b"s3cret-env"
+    assert "s3cret" not in repr(s)
+    assert "s3cret" not in s.model_dump_json()
+    # An empty variable (what Compose passes for an unset one) means no authentication.
+    monkeypatch.setenv("ANCHORWATCH_INGEST__AUTH_TOKEN", " ")
+    assert IngestSettings.load().ingest.token() is None
+    monkeypatch.delenv("ANCHORWATCH_INGEST__AUTH_TOKEN")
+    token_file = tmp_path / "token"
+    token_file.write_text("  s3cret-file\n")
+    assert IngestSettings.load(ingest={"auth_token_file": token_file}).ingest.token() == (
+        b"s3cret-file"
+    )
+    token_file.write_text("\n")
+    with pytest.raises(SettingsError, match=r"ingest.auth_token_file .* is empty"):
+        IngestSettings.load(ingest={"auth_token_file": token_file}).ingest.token()
+    with pytest.raises(SettingsError, match="cannot read"):
+        IngestSettings.load(ingest={"auth_token_file": tmp_path / "missing"}).ingest.token()
+
+
+def test_every_setting_is_described() -> None:
+    rows = dict(describe_fields(IngestSettings))
+    assert "ANCHORWATCH_INGEST__MAX_BODY_BYTES" in rows
+    assert all(text and not text.startswith(" [default") for text in rows.values())
