@@ -373,6 +373,9 @@ class LocalSlack(LocalServer):
             "chat.update": self._update,
             "files.getUploadURLExternal": self._get_upload_url,
             "files.completeUploadExternal": self._complete_upload,
+            # Read back by the alerting service to reconcile after a crash mid-send.
+            "conversations.history": self._history,
+            "conversations.replies": self._replies,
         }.get(method)
         if handler is None:
             self._record(method, 404, "unknown_method")
@@ -387,6 +390,58 @@ class LocalSlack(LocalServer):
     def _error(self, method: str, error: str) -> Response:
         self._record(method, 200, error)
         return Response.json({"ok": False, "error": error})
+
+    @staticmethod
+    def _shown(m: dict[str, Any], metadata: bool) -> dict[str, Any]:
+        out = {k: m[k] for k in ("type", "ts", "text", "blocks")}
+        if m.get("thread_ts"):
+            out["thread_ts"] = m["thread_ts"]
+        if metadata and isinstance(m["params"].get("metadata"), dict):
+            out["metadata"] = m["params"]["metadata"]
+        return out
+
+    @staticmethod
+    def _paged(items: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+        start = int(params.get("cursor") or 0)
+        limit = max(1, min(int(params.get("limit") or 100), 1000))
+        page = items[start : start + limit]
+        more = start + limit < len(items)
+        return {
+            "ok": True,
+            "messages": page,
+            "has_more": more,
+            "response_metadata": {"next_cursor": str(start + limit) if more else ""},
+        }
+
+    def _history(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Channel messages (top level, or broadcast replies), newest first."""
+        channel = self._resolve_channel(params.get("channel"))
+        if channel is None:
+            return {"ok": False, "error": "channel_not_found"}
+        oldest = float(params.get("oldest") or 0)
+        metadata = str(params.get("include_all_metadata", "")).lower() in ("1", "true")
+        found = [
+            self._shown(m, metadata)
+            for m in self.messages
+            if m["channel"] == channel
+            and float(m["ts"]) >= oldest
+            and (not m.get("thread_ts") or m.get("reply_broadcast"))
+        ]
+        result = self._paged(list(reversed(found)), params)
+        result["channel"] = channel
+        return result
+
+    def _replies(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A thread: the parent, then its replies in order."""
+        channel = self._resolve_channel(params.get("channel"))
+        ts = str(params.get("ts") or "")
+        parent = self._find(channel, ts) if channel else None
+        if parent is None:
+            return {"ok": False, "error": "thread_not_found"}
+        thread = [parent] + [
+            m for m in self.messages if m["channel"] == channel and m.get("thread_ts") == ts
+        ]
+        return self._paged([self._shown(m, False) for m in thread], params)
 
     def _auth_test(self, _params: dict[str, Any]) -> dict[str, Any]:
         return {

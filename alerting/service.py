@@ -369,7 +369,7 @@ class Engine:
         batch.touched.add(w.doc_type)
         batch.write.verdict_ids.append(verdict.verdict_id)
         self._metrics.verdicts.labels("processed").inc()
-        self._metrics.window(w.doc_type, w.mean_drift, verdict.threshold)
+        self._metrics.window(w.doc_type, w.mean_drift, verdict.threshold, figures=w)
         changed = set()
         for change in changes:
             self._apply(change, batch)

@@ -7,12 +7,14 @@ at most ``doc_types_max`` types and drop the least recently judged one's beyond 
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from anchorwatch.alerting.notify import NotifyMetrics
+from anchorwatch.contracts import WindowAggregate
 
 #: verdicts_total outcomes. replay: a verdict id seen before; stale: an older window of a
 #: type than one already processed (late or re-judged); invalid: not a Verdict.
@@ -61,6 +63,25 @@ class ServiceMetrics:
             ["doc_type"],
             registry=registry,
         )
+        self.p95_drift = Gauge(
+            "anchorwatch_alerting_window_p95_drift",
+            "p95 request drift of the latest window judged, per doc type.",
+            ["doc_type"],
+            registry=registry,
+        )
+        self.window_requests = Counter(
+            "anchorwatch_alerting_window_requests_total",
+            "Requests in the windows judged, per doc type (its rate is the request rate).",
+            ["doc_type"],
+            registry=registry,
+        )
+        self.quality_share = Gauge(
+            "anchorwatch_alerting_window_quality_share",
+            "Data-quality shares of the latest window judged, per doc type; signal: "
+            "disabled, zero_anchors (of requests), resample (of anchors).",
+            ["doc_type", "signal"],
+            registry=registry,
+        )
         self.doc_types_dropped = Counter(
             "anchorwatch_alerting_doc_type_gauges_dropped_total",
             "Per-type gauges dropped to stay within alerting.metrics_doc_types_max.",
@@ -104,18 +125,41 @@ class ServiceMetrics:
         self._doc_types_max = doc_types_max
         self._doc_types: OrderedDict[str, None] = OrderedDict()
 
-    def window(self, doc_type: str, mean_drift: float, threshold: float) -> None:
-        """The latest judged window of a type; least recently judged types drop out."""
+    def window(
+        self,
+        doc_type: str,
+        mean_drift: float,
+        threshold: float,
+        *,
+        figures: WindowAggregate | None = None,
+    ) -> None:
+        """The latest judged window of a type (``figures``: the whole window, when at hand);
+        least recently judged types drop out."""
         if self._doc_types_max <= 0:
             return
         self._doc_types[doc_type] = None
         self._doc_types.move_to_end(doc_type)
         self.mean_drift.labels(doc_type).set(mean_drift)
         self.threshold.labels(doc_type).set(threshold)
+        if figures is not None:
+            if figures.p95_drift is not None:
+                self.p95_drift.labels(doc_type).set(figures.p95_drift)
+            self.window_requests.labels(doc_type).inc(figures.request_count)
+            for signal, share in (
+                ("disabled", figures.disabled_share),
+                ("zero_anchors", figures.zero_anchor_share),
+                ("resample", figures.resample_share),
+            ):
+                if share is not None:
+                    self.quality_share.labels(doc_type, signal).set(share)
         while len(self._doc_types) > self._doc_types_max:
             old, _ = self._doc_types.popitem(last=False)
-            self.mean_drift.remove(old)
-            self.threshold.remove(old)
+            for gauge in (self.mean_drift, self.threshold, self.p95_drift, self.window_requests):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(old)
+            for signal in ("disabled", "zero_anchors", "resample"):
+                with contextlib.suppress(KeyError):
+                    self.quality_share.remove(old, signal)
             self.doc_types_dropped.inc()
 
     def open_incidents(self, by_severity: Mapping[str, int]) -> None:

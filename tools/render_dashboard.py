@@ -15,7 +15,7 @@
 The picture is labelled as what it is: a rendering of the dashboard's queries on generated
 data, not a Grafana screenshot. Flink's lag and checkpoint series are synthetic (small
 noise); incidents are counted as windows in breach (the alerting service's hysteresis is
-not modelled); metrics the alerting service does not export yet are marked.
+not modelled).
 
     .venv/bin/python tools/render_dashboard.py                # -> docs/dashboard.png
     .venv/bin/python tools/render_dashboard.py --out /tmp/d.png --live-minutes 120
@@ -622,8 +622,7 @@ def main(argv: list[str] | None = None) -> int:
     caption = (
         f"A rendering of the Grafana dashboard's queries (deploy/grafana/dashboards/"
         f"anchorwatch.json) by tools/render_dashboard.py through Prometheus {version}, on "
-        f"{args.live_minutes} minutes of generated traffic; not a Grafana screenshot. "
-        "* uses metrics the alerting service does not export yet."
+        f"{args.live_minutes} minutes of generated traffic; not a Grafana screenshot."
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     draw(board, results, args.out, caption, span)

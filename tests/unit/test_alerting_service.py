@@ -436,8 +436,14 @@ def test_crashing_again_and_again_still_delivers_once(
 def test_without_channel_history_a_crash_after_posting_may_repeat_that_message(
     tmp_path: Path, jira: LocalJira, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The stock local Slack has no conversations.history: the one window left open."""
+    """A bot without the channels:history scope cannot read back: the one window left open."""
     with LocalSlack(token=TOKEN) as slack:
+        for method in ("conversations.history", "conversations.replies"):
+            requests.post(
+                f"{slack.url}/_local/faults",
+                json={"method": method, "status": 200, "error": "missing_scope", "times": -1},
+                timeout=5,
+            ).raise_for_status()
         h = Harness(settings_for(tmp_path, slack, None), clock, crash="send_after:slack@1")
         h.publish(lifecycle("invoice")[:3])
         with caplog.at_level(logging.WARNING):
