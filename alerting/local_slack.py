@@ -29,6 +29,7 @@ import json
 import logging
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
@@ -134,7 +135,7 @@ class Faults:
             return [f for f in self._faults if kind(f)]
 
 
-class LocalServer:
+class LocalServer(ABC):
     """An HTTP server on a thread, for tests (port 0: a free port) and for the CLI."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -238,8 +239,9 @@ class LocalServer:
             return Response.json({"ok": True, "faults": self.faults.snapshot()})
         return Response.json({"faults": self.faults.snapshot()})
 
+    @abstractmethod
     def handle(self, request: Request) -> Response:
-        raise NotImplementedError
+        """Answer one request (each local server speaks its own protocol)."""
 
 
 def form_or_json(request: Request) -> dict[str, Any]:

@@ -67,7 +67,7 @@ from anchorwatch.alerting.render import (
 )
 from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.settings import JiraSection, RoutingSection, SlackSection
-from anchorwatch.alerting.slack import SlackNotifier, SlackRef, SlackWebhookNotifier
+from anchorwatch.alerting.slack import SlackNotifier, SlackRef, SlackWebhookNotifier, web_client
 from anchorwatch.alerting.slack import outcome_of as slack_outcome
 from anchorwatch.alerting.store import Integration, OutboxEntry, Store
 from anchorwatch.contracts import Reason, WindowAggregate, validate
@@ -255,13 +255,7 @@ class SlackDelivery:
     def from_settings(
         cls, slack: SlackSection, routing: RoutingSection, retry: RetryPolicy
     ) -> SlackDelivery:
-        token = slack.token()
-        client = WebClient(
-            token=token.get_secret_value() if token else None,
-            base_url=slack.api_url,
-            timeout=max(1, round(slack.timeout_s)),
-            retry_handlers=[],
-        )
+        client = web_client(slack)
         notifier = SlackNotifier(
             client,
             routing,

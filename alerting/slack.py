@@ -150,13 +150,7 @@ class SlackNotifier:
     def from_settings(
         cls, slack: SlackSection, routing: RoutingSection, retry: RetryPolicy
     ) -> SlackNotifier:
-        token = slack.token()
-        client = WebClient(
-            token=token.get_secret_value() if token else None,
-            base_url=slack.api_url,
-            timeout=max(1, round(slack.timeout_s)),
-            retry_handlers=[],  # the one retry policy is ours
-        )
+        client = web_client(slack)
         return cls(
             client,
             routing,
@@ -324,3 +318,15 @@ class SlackWebhookNotifier:
 
     def resolve(self, incident: IncidentView) -> None:
         self._send("webhook.resolve", slack_parent(incident))
+
+
+def web_client(slack: SlackSection) -> WebClient:
+    """The Web API client for these settings, without slack_sdk's own retries (the one retry
+    policy is ours)."""
+    token = slack.token()
+    return WebClient(
+        token=token.get_secret_value() if token else None,
+        base_url=slack.api_url,
+        timeout=max(1, round(slack.timeout_s)),
+        retry_handlers=[],
+    )

@@ -42,7 +42,7 @@ from anchorwatch.kafkaio import client_config
 from anchorwatch.policy.window import judge_window
 from anchorwatch.slice import create_topics, delete_topics, new_run_id, run_scoped_topics
 from anchorwatch.stack.processes import free_port
-from anchorwatch.stack.stack import Stack, StackSettings
+from anchorwatch.stack.stack import private_kafka
 
 T0 = 1_767_621_600_000
 MINUTE = 60_000
@@ -87,26 +87,7 @@ class TimedSlack(LocalSlack):
         return result
 
 
-@contextmanager
-def broker(bootstrap: str | None) -> Iterator[str]:
-    if bootstrap:
-        yield bootstrap
-        return
-    with tempfile.TemporaryDirectory(prefix="anchorwatch-bench-") as tmp:
-        settings = StackSettings.load(
-            stack={
-                "state_dir": Path(tmp),
-                "kafka_port": free_port(),
-                "controller_port": free_port(),
-                "kafka_heap": "1g",
-            },
-        )
-        stack = Stack(settings)
-        try:
-            stack.up(with_flink=False)
-            yield stack.kafka.bootstrap
-        finally:
-            stack.down()
+broker = private_kafka
 
 
 @contextmanager

@@ -25,10 +25,7 @@ import multiprocessing
 import os
 import signal
 import statistics
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +41,7 @@ from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.slice import create_topics, delete_topics, new_run_id, run_scoped_topics
 from anchorwatch.stack.processes import free_port
-from anchorwatch.stack.stack import Stack, StackSettings
+from anchorwatch.stack.stack import private_kafka
 
 LINGER_MS = 5.0
 
@@ -266,26 +263,7 @@ def run_ingest(
     }
 
 
-@contextmanager
-def broker(bootstrap: str | None) -> Iterator[str]:
-    if bootstrap:
-        yield bootstrap
-        return
-    with tempfile.TemporaryDirectory(prefix="anchorwatch-bench-") as tmp:
-        settings = StackSettings.load(
-            stack={
-                "state_dir": Path(tmp),
-                "kafka_port": free_port(),
-                "controller_port": free_port(),
-                "kafka_heap": "1g",
-            },
-        )
-        stack = Stack(settings)
-        try:
-            stack.up(with_flink=False)
-            yield stack.kafka.bootstrap
-        finally:
-            stack.down()
+broker = private_kafka
 
 
 def main() -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +17,7 @@ from anchorwatch.settings import Section, ServiceSettings
 from anchorwatch.stack.flink import JOBMANAGER_CLASS, TASKMANAGER_CLASS, FlinkCluster
 from anchorwatch.stack.jvm import fetch
 from anchorwatch.stack.kafka import KafkaBroker
-from anchorwatch.stack.processes import require_free_ports
+from anchorwatch.stack.processes import free_port, require_free_ports
 from anchorwatch.stack.topics import ensure_topics
 
 log = logging.getLogger(__name__)
@@ -141,3 +144,21 @@ class Stack:
                 self.flink.log_dir,
             ),
         ]
+
+
+@contextmanager
+def private_kafka(bootstrap: str | None = None, *, heap: str = "1g") -> Iterator[str]:
+    """``bootstrap`` if given; otherwise a Kafka of its own on free ports in a temporary
+    directory, stopped on exit (for benchmarks that must not touch a running stack)."""
+    if bootstrap:
+        yield bootstrap
+        return
+    with tempfile.TemporaryDirectory(prefix="anchorwatch-bench-") as tmp:
+        stack = Stack(StackSettings.load(stack={
+            "state_dir": Path(tmp), "kafka_port": free_port(), "controller_port": free_port(),
+            "kafka_heap": heap}))  # fmt: skip
+        try:
+            stack.up(with_flink=False)
+            yield stack.kafka.bootstrap
+        finally:
+            stack.down()
