@@ -104,7 +104,7 @@ def jvm_fetch(ctx: click.Context, force: bool) -> None:
     state = f"fetched in {time.monotonic() - started:.1f}s" if fetched else "already current"
     click.echo(f"JVM artifacts {state}: {artifacts.root}")
     click.echo(f"  kafka broker:     {artifacts.kafka_dir}")
-    click.echo(f"  kafka connector:  {artifacts.kafka_connector_jar()}")
+    click.echo(f"  flink jobs' jar:  {artifacts.flink_jobs_jar()}")
 
 
 # --------------------------------------------------------------------------- stack
@@ -438,7 +438,7 @@ def job_run(ctx: click.Context, /, bounded: bool, savepoint: str | None, **opts:
         err=True,
     )
     drift_job.run(
-        settings, artifacts.kafka_connector_jar(), bounded=bounded, savepoint=savepoint
+        settings, artifacts.flink_jobs_jar(), bounded=bounded, savepoint=savepoint
     ).wait()
 
 
@@ -460,7 +460,7 @@ def job_submit(
     settings = _load(ctx, JobSettings, job=opts)
     artifacts, _ = fetch(settings.jvm.cache_dir)
     job_id = cluster.submit(
-        jobmanager, artifacts.kafka_connector_jar(),
+        jobmanager, artifacts.flink_jobs_jar(),
         env={drift_job.SETTINGS_ENV: settings.model_dump_json()},
         savepoint=savepoint, python=python, parallelism=settings.job.parallelism,
     )  # fmt: skip
@@ -547,7 +547,7 @@ def demo(ctx: click.Context, /, keep: bool, **opts: Any) -> None:
         )
         t = time.monotonic()
         artifacts = flow.fetch_artifacts(settings)
-        flow.run_drift_job(settings, artifacts.kafka_connector_jar())
+        flow.run_drift_job(settings, artifacts.flink_jobs_jar())
         click.echo(f"[3/4] Flink drift job finished in {time.monotonic() - t:.1f}s")
         verdicts = flow.read_verdicts(settings)
         expected = flow.reference_windows(accepted, settings.job.window_size_s * 1000)

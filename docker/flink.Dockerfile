@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1
 # The Flink image of the stack: the official Flink image with Python, apache-flink and
-# anchorwatch installed as Flink's "Using Flink Python on Docker" describes, and the Kafka
-# SQL connector in /opt/flink/lib. The JobManager, the TaskManagers and the one-shot job
-# submitter run it; it also serves an existing cluster (its TaskManagers need the same
+# anchorwatch installed as Flink's "Using Flink Python on Docker" describes, and the jobs'
+# jar (Kafka SQL connector + the anchorwatch-json format) in /opt/flink/lib. The JobManager,
+# the TaskManagers and the one-shot job submitter run it; it also serves an existing cluster (its TaskManagers need the same
 # Python) and application mode. Build from the repository root:
 #   docker build -f docker/flink.Dockerfile -t anchorwatch-flink:0.1.0 .
 #
@@ -10,15 +10,20 @@
 ARG FLINK_IMAGE=flink:2.2.1-scala_2.12-java17
 ARG MAVEN_IMAGE=maven:3.9.11-eclipse-temurin-17
 
-# The pinned jars, fetched from Maven Central with the project's own pom
-# (anchorwatch/stack/pom.xml), laid out as `anchorwatch jvm fetch` lays out its cache, so
-# `anchorwatch job submit` finds the cache current and never runs Maven at run time.
+# The pinned jars, fetched from Maven Central with the project's own poms
+# (anchorwatch/stack/pom.xml, and jobs/jvm for the jobs' jar: the Kafka connector plus the
+# anchorwatch-json format), laid out as `anchorwatch jvm fetch` lays out its cache, with
+# the same stamp, so `anchorwatch job submit` finds the cache current and never runs Maven.
 FROM ${MAVEN_IMAGE} AS jars
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /build
 COPY anchorwatch/stack/pom.xml pom.xml
+COPY jobs/jvm/pom.xml jobs/pom.xml
+COPY jobs/jvm/src jobs/src
 RUN mvn -B -q -f pom.xml package -Danchorwatch.cache=/jvm \
-    && sha256sum pom.xml | cut -d' ' -f1 > /jvm/pom.sha256
+    && mvn -B -q -f jobs/pom.xml package -Danchorwatch.cache=/jvm \
+    && { cat pom.xml; find jobs/pom.xml jobs/src -type f -print0 | LC_ALL=C sort -z | xargs -0 cat; } \
+       | sha256sum | cut -d' ' -f1 > /jvm/sources.sha256
 
 # Python and the locked dependencies in a virtualenv. Four of them (crcmod, dill, docopt,
 # hdfs) exist only as source for Python 3.12; they are pure Python (crcmod falls back to
@@ -61,7 +66,7 @@ RUN apt-get update \
     && install -d -o flink -g flink /var/lib/flink/checkpoints /var/lib/flink/savepoints
 COPY --from=python /opt/venv /opt/venv
 COPY --from=jars /jvm /opt/anchorwatch/cache/jvm
-COPY --from=jars --chown=flink:flink /jvm/flink/flink-sql-connector-kafka-5.0.0-2.2.jar /opt/flink/lib/
+COPY --from=jars --chown=flink:flink /jvm/flink/anchorwatch-flink-jobs.jar /opt/flink/lib/
 COPY --chmod=0755 docker/submit-job.sh /opt/anchorwatch/bin/submit-job
 # Flink's Python workers and the job's client run the virtualenv's interpreter. The
 # client (pyflink's bin/flink, run by `anchorwatch job submit` as flink) logs into the

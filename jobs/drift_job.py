@@ -4,7 +4,8 @@
       on time  -> tumbling event-time windows per doc type: count, mean, max, p95,       |
                   stddev, anchors, data-quality shares, mean KL                          |
       late     -> tallied per doc type every `late_report_s` (processing time)           |
-      invalid  -> dead-letter topic (field and reason named; partition and offset kept)  |
+      invalid  -> dead-letter topic (field and reason named; partition and offset kept), |
+                  including records that are not JSON objects (their text kept)          |
     baselines (compacted Kafka topic) ------------------------------------------------.  |
                                                                                       v  v
       Python, per window (not per event): keyed by doc type, keeps the latest baseline,
@@ -57,7 +58,6 @@ log = logging.getLogger(__name__)
 JOB_VERSION = "1"
 
 SNAPSHOTS = "snapshots"
-SNAPSHOTS_RAW = "snapshots_raw"
 BASELINES = "baselines"
 VERDICTS = "verdicts"
 DEAD_LETTER = "dead_letter"
@@ -130,6 +130,8 @@ def declare_tables(t_env: StreamTableEnvironment, settings: JobSettings, *, boun
             .column("max_drift", DataTypes.DOUBLE())
             .column("max_kl_divergence", DataTypes.DOUBLE())
             .column("resample_count", DataTypes.INT())
+            # Set (to the record's text) only for a record that is not a JSON object.
+            .column(UNPARSABLE, DataTypes.STRING())
             .column_by_metadata("kafka_partition", DataTypes.INT(), "partition", True)
             .column_by_metadata("kafka_offset", DataTypes.BIGINT(), "offset", True)
             .column_by_expression("event_time", "TO_TIMESTAMP_LTZ(event_time_ms, 3)")
@@ -142,32 +144,13 @@ def declare_tables(t_env: StreamTableEnvironment, settings: JobSettings, *, boun
         .option("properties.group.id", o.group_id)
         .option("scan.startup.mode", start)
         .option("properties.auto.offset.reset", "earliest")
-        .option("format", "json")
-        # A field of the wrong type becomes NULL and is dead-lettered below, naming it,
-        # instead of failing the job.
-        .option("json.ignore-parse-errors", "true")
+        # Flink's JSON decoding (a field of the wrong type becomes NULL and is dead-lettered
+        # below, naming it, instead of failing the job) that also keeps a record which is
+        # not a JSON object, in UNPARSABLE, instead of skipping it: one reader sees all.
+        .option("format", "anchorwatch-json")
+        .option("anchorwatch-json.payload-column", UNPARSABLE)
     )
     t_env.create_temporary_table(SNAPSHOTS, _with(snapshots, {**_kafka(settings), **bound}).build())
-
-    if o.audit_unparsable:
-        raw = (
-            TableDescriptor.for_connector("kafka")
-            .schema(
-                Schema.new_builder()
-                .column("payload", DataTypes.STRING())
-                .column_by_metadata("kafka_partition", DataTypes.INT(), "partition", True)
-                .column_by_metadata("kafka_offset", DataTypes.BIGINT(), "offset", True)
-                .build()
-            )
-            .option("topic", topics.snapshots)
-            .option("properties.group.id", f"{o.group_id}-audit")
-            .option("scan.startup.mode", start)
-            .option("properties.auto.offset.reset", "earliest")
-            .option("format", "raw")
-        )
-        t_env.create_temporary_table(
-            SNAPSHOTS_RAW, _with(raw, {**_kafka(settings), **bound}).build()
-        )
 
     baselines = (
         TableDescriptor.for_connector("kafka")
@@ -204,6 +187,10 @@ def declare_tables(t_env: StreamTableEnvironment, settings: JobSettings, *, boun
     )
 
 
+#: Column of the snapshots table holding a record that is not a JSON object (format
+#: anchorwatch-json, built from jobs/jvm); NULL for every other record.
+UNPARSABLE = "unparsable_payload"
+
 # Every check a record must pass, as (field, reason, SQL that is TRUE when it fails).
 # The connectors validate fully; this guards the job against other producers of the topic.
 _CHECKS = (
@@ -219,7 +206,12 @@ _CHECKS = (
 )  # fmt: skip
 
 
+_NOT_AN_OBJECT = ("$", "not a JSON object", f"{UNPARSABLE} IS NOT NULL")
+
+
 def invalid_condition() -> str:
+    """SQL that is TRUE for a decoded record with an invalid field (the baseline fit reads
+    snapshots with this too)."""
     return " OR ".join(f"({cond})" for _, _, cond in _CHECKS)
 
 
@@ -228,7 +220,8 @@ def _reason_expression() -> str:
         return "'" + text.replace("'", "''") + "'"
 
     cases = " ".join(
-        f"WHEN {cond} THEN {literal(f'{field}: {reason}')}" for field, reason, cond in _CHECKS
+        f"WHEN {cond} THEN {literal(f'{field}: {reason}')}"
+        for field, reason, cond in (_NOT_AN_OBJECT, *_CHECKS)
     )
     return f"CASE {cases} END"
 
@@ -240,7 +233,7 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
     stage, so the whole job is one plan and the snapshots topic is read once."""
     o = settings.job
     size_ms = o.window_size_s * 1000
-    valid = f"NOT ({invalid_condition()})"
+    valid = f"{UNPARSABLE} IS NULL AND NOT ({invalid_condition()})"
     nulls = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in _NULL_FIGURES)
     source = (
         f"CONCAT('drift-job:', '{settings.topics.snapshots}', '/', "
@@ -305,10 +298,10 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
           CAST(NULL AS BIGINT) AS request_count,
           {nulls},
           JSON_OBJECT(
-            KEY 'raw' VALUE JSON_STRING(JSON_OBJECT(
+            KEY 'raw' VALUE COALESCE({UNPARSABLE}, JSON_STRING(JSON_OBJECT(
               KEY 'event_id' VALUE event_id, KEY 'event_time_ms' VALUE event_time_ms,
               KEY 'doc_type' VALUE doc_type, KEY 'snapshot_status' VALUE snapshot_status,
-              KEY 'anchor_count' VALUE anchor_count, KEY 'mean_drift' VALUE mean_drift)),
+              KEY 'anchor_count' VALUE anchor_count, KEY 'mean_drift' VALUE mean_drift))),
             KEY 'reason' VALUE {_reason_expression()},
             KEY 'field' VALUE SPLIT_INDEX({_reason_expression()}, ':', 0),
             KEY 'source' VALUE {source},
@@ -318,29 +311,6 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
         """  # noqa: S608
     )
     figures = windows.union_all(late).union_all(invalid)
-    if o.audit_unparsable:
-        # The JSON format skips a record that is not a JSON object at all; this second
-        # reader of the topic catches exactly those and dead-letters them with their bytes.
-        unparsable = t_env.sql_query(
-            f"""
-            SELECT
-              '' AS doc_type,
-              CAST('dead_letter' AS STRING) AS kind,
-              CAST(NULL AS BIGINT) AS window_start_ms,
-              CAST(NULL AS BIGINT) AS window_end_ms,
-              CAST(NULL AS BIGINT) AS request_count,
-              {nulls},
-              JSON_OBJECT(
-                KEY 'raw' VALUE payload,
-                KEY 'reason' VALUE '$: not a JSON object',
-                KEY 'field' VALUE '$',
-                KEY 'source' VALUE {source},
-                KEY 'rejected_at_ms' VALUE UNIX_TIMESTAMP() * 1000) AS letter
-            FROM {SNAPSHOTS_RAW}
-            WHERE payload IS NULL OR NOT (payload IS JSON OBJECT)
-            """  # noqa: S608
-        )
-        figures = figures.union_all(unparsable)
     judge = JudgeWindows(
         JOB_VERSION,
         settings.policy.fallback,

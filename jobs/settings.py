@@ -31,10 +31,6 @@ class JobOptions(Section):
         None,
         description="Checkpoint storage URI (file://, s3://...); unset: the cluster's default.",
     )
-    audit_unparsable: bool = Field(
-        True,
-        description="Also read the topic raw to dead-letter records that are not JSON objects.",
-    )
     late_report_s: int = Field(
         10, ge=1, description="How often late events are tallied per doc type (processing time)."
     )

@@ -157,7 +157,7 @@ def fit_cmd(
     elif files or from_topic == "snapshots":
         source = ", ".join(map(str, files)) if files else settings.topics.snapshots
         click.echo(f"aggregating {source} into windows (Flink, batch)...", err=True)
-        jar = None if files else fetch(settings.jvm.cache_dir)[0].kafka_connector_jar()
+        jar = None if files else fetch(settings.jvm.cache_dir)[0].flink_jobs_jar()
         with _progress("windows") as bar:
             windows = baseline_fit.aggregate_history(
                 settings,

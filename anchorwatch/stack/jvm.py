@@ -1,9 +1,10 @@
-"""Pinned JVM artifacts: fetched once from Maven Central into a cache directory.
+"""Pinned JVM artifacts: fetched once from Maven Central (and built) into a cache directory.
 
-The versions live in ``pom.xml`` beside this file. ``fetch`` is idempotent: the cache
-remembers the hash of the pom it was filled from, and a warm cache is used without
-running Maven (so without any network). A changed pom refills the cache into a fresh
-directory and swaps it in, so jars of an older version never linger on a classpath.
+The Kafka broker's versions live in ``pom.xml`` beside this file; the jobs' jar (the Flink
+Kafka connector plus anchorwatch's own JSON format) is built from ``anchorwatch/jobs/jvm``.
+``fetch`` is idempotent: the cache remembers a hash of those sources, and a warm cache is
+used without running Maven (so without any network). A change refills the cache into a
+fresh directory and swaps it in, so jars of an older version never linger on a classpath.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from anchorwatch.errors import AnchorwatchError
 log = logging.getLogger(__name__)
 
 POM = Path(__file__).with_name("pom.xml")
-_STAMP = "pom.sha256"
+#: Maven project of the jar the Flink jobs run with (connector + the anchorwatch-json format).
+JOBS_PROJECT = Path(__file__).parent.parent / "jobs" / "jvm"
+JOBS_JAR = "anchorwatch-flink-jobs.jar"
+_STAMP = "sources.sha256"
 
 
 class JvmArtifactsError(AnchorwatchError):
@@ -48,26 +52,35 @@ class JvmArtifacts:
             )
         return ":".join(str(j) for j in jars)
 
-    def kafka_connector_jar(self) -> Path:
-        jars = sorted(self.flink_dir.glob("flink-sql-connector-kafka-*.jar"))
-        if not jars:
+    def flink_jobs_jar(self) -> Path:
+        """The jar every Flink job needs: the Kafka SQL connector and the anchorwatch-json
+        format."""
+        jar = self.flink_dir / JOBS_JAR
+        if not jar.is_file():
             raise JvmArtifactsError(
-                f"no Flink Kafka connector jar in {self.flink_dir}; run `anchorwatch jvm fetch`"
+                f"no {JOBS_JAR} in {self.flink_dir}; run `anchorwatch jvm fetch`"
             )
-        return jars[-1]
+        return jar
 
     def is_current(self) -> bool:
         stamp = self.root / _STAMP
         return (
             stamp.is_file()
-            and stamp.read_text().strip() == pom_hash()
+            and stamp.read_text().strip() == sources_hash()
             and any(self.kafka_dir.glob("kafka_2.13-*.jar"))
-            and any(self.flink_dir.glob("flink-sql-connector-kafka-*.jar"))
+            and (self.flink_dir / JOBS_JAR).is_file()
         )
 
 
-def pom_hash() -> str:
-    return hashlib.sha256(POM.read_bytes()).hexdigest()
+def sources_hash() -> str:
+    """SHA-256 of everything the cache is made from: this pom, then the jobs project's files
+    in byte order of their paths (the Flink image computes the same with cat | sha256sum)."""
+    sources = (p for p in (JOBS_PROJECT / "src").rglob("*") if p.is_file())
+    files = [JOBS_PROJECT / "pom.xml", *sources]
+    digest = hashlib.sha256(POM.read_bytes())
+    for path in sorted(files, key=lambda p: p.relative_to(JOBS_PROJECT).as_posix().encode()):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def fetch(cache_dir: Path, *, force: bool = False) -> tuple[JvmArtifacts, bool]:
@@ -81,22 +94,19 @@ def fetch(cache_dir: Path, *, force: bool = False) -> tuple[JvmArtifacts, bool]:
     cache_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="jvm.", dir=cache_dir))
     try:
+        stamp = sources_hash()
         shutil.copy(POM, staging / "pom.xml")
-        cmd = [
-            mvn,
-            "-B",
-            "-q",
-            "-f",
-            str(staging / "pom.xml"),
-            "package",
-            f"-Danchorwatch.cache={staging / 'out'}",
-        ]
+        # Built from a copy, so an installed (read-only) package works and no target/ is left.
+        shutil.copytree(JOBS_PROJECT, staging / "jobs", ignore=shutil.ignore_patterns("target"))
         log.info("fetching pinned JVM artifacts", extra={"cache": str(artifacts.root)})
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
-            raise JvmArtifactsError(f"Maven could not fetch the pinned artifacts:\n{tail}")
-        (staging / "out" / _STAMP).write_text(pom_hash() + "\n")
+        for project in (staging / "pom.xml", staging / "jobs" / "pom.xml"):
+            cmd = [mvn, "-B", "-q", "-f", str(project), "package",
+                   f"-Danchorwatch.cache={staging / 'out'}"]  # fmt: skip
+            result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if result.returncode != 0:
+                tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
+                raise JvmArtifactsError(f"Maven could not fetch the pinned artifacts:\n{tail}")
+        (staging / "out" / _STAMP).write_text(stamp + "\n")
         old = cache_dir / f"jvm.old.{staging.name}"
         if artifacts.root.exists():
             artifacts.root.rename(old)

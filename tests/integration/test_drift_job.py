@@ -107,7 +107,7 @@ def streaming(job_settings: JobSettings) -> Iterator[Callable[..., Any]]:
         settings = job_settings.model_copy(update={"job": job_settings.job.model_copy(update={
             "watermark_delay_ms": 5_000, "idle_timeout_s": 2, "late_report_s": 1,
             "checkpoint_interval_s": 5, "startup_mode": "earliest-offset", **job})})  # fmt: skip
-        jar = flow.fetch_artifacts(settings).kafka_connector_jar()
+        jar = flow.fetch_artifacts(settings).flink_jobs_jar()
         results.append(drift_job.run(settings, jar, bounded=False))
         return settings
 
@@ -127,6 +127,10 @@ def test_exact_windows_with_disorder_late_invalid_and_idle_partitions(
     publish(settings, [*busy, *quiet, opener])
     producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
     producer.produce(settings.topics.snapshots, b"{not json", b"invoice")
+    # Valid JSON but not an object, bytes that are not UTF-8, and a tombstone (no value).
+    producer.produce(settings.topics.snapshots, b"[1, 2]", b"invoice")
+    producer.produce(settings.topics.snapshots, b"\xff\xfe{", b"invoice")
+    producer.produce(settings.topics.snapshots, None, b"invoice")
     producer.produce(settings.topics.snapshots, b'{"event_id": "x", "event_time_ms": "soon",'
                      b' "doc_type": "invoice"}', b"invoice")  # fmt: skip
     assert producer.flush(10) == 0
@@ -162,9 +166,13 @@ def test_exact_windows_with_disorder_late_invalid_and_idle_partitions(
     letters = [decode(DeadLetter, m.value or b"")
                for m in read_topic(settings.kafka, settings.topics.dead_letter)]  # fmt: skip
     assert sorted((dl.field, dl.raw[:9]) for dl in letters) == [
+        ("$", ""),
+        ("$", "[1, 2]"),
         ("$", "{not json"),
+        ("$", "\ufffd\ufffd{"),
         ("event_time_ms", '{"anchor_'),
     ]
+    assert {dl.reason for dl in letters if dl.field == "$"} == {"$: not a JSON object"}
     assert all(dl.source.startswith(f"drift-job:{settings.topics.snapshots}/") for dl in letters)
 
 
@@ -210,7 +218,7 @@ def test_submitted_to_session_cluster_and_restarted_from_savepoint(
     settings = job_settings.model_copy(update={"job": job_settings.job.model_copy(update={
         "watermark_delay_ms": 5_000, "idle_timeout_s": 2, "checkpoint_interval_s": 5,
         "startup_mode": "earliest-offset", "group_id": f"aw-{tmp_path.name}"})})  # fmt: skip
-    jar = flow.fetch_artifacts(settings).kafka_connector_jar()
+    jar = flow.fetch_artifacts(settings).flink_jobs_jar()
     rest = cluster.FlinkRest(stack.flink.address)
     env = {drift_job.SETTINGS_ENV: settings.model_dump_json()}
     part1 = [e for m in range(3) for e in minute("nda", m, [0.1, 0.2, 0.3])]

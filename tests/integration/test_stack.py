@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -106,5 +107,9 @@ def test_warm_jvm_cache_needs_no_maven(stack: Stack, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("PATH", os.path.dirname(os.__file__))
     artifacts, fetched = fetch(stack.settings.jvm.cache_dir)
     assert not fetched
-    assert artifacts.kafka_connector_jar().name == "flink-sql-connector-kafka-5.0.0-2.2.jar"
+    with zipfile.ZipFile(artifacts.flink_jobs_jar()) as jar:
+        factories = jar.read("META-INF/services/org.apache.flink.table.factories.Factory")
+    # One jar with the Kafka connector's factories and the project's format.
+    assert b"dev.anchorwatch.flink.AnchorwatchJsonFormatFactory" in factories
+    assert b"KafkaDynamicTableFactory" in factories
     assert "kafka_2.13-4.2.0.jar" in artifacts.kafka_classpath()

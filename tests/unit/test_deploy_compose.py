@@ -61,8 +61,8 @@ def services(stack: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def pom_property(name: str) -> str:
-    element = POM.find(f"m:properties/m:{name}", MAVEN_NS)
+def pom_property(name: str, pom: ET.Element = POM) -> str:
+    element = pom.find(f"m:properties/m:{name}", MAVEN_NS)
     assert element is not None
     assert element.text
     return element.text
@@ -200,8 +200,13 @@ def test_images_match_the_pinned_versions() -> None:
     flink_version = flink_pin.split("==")[1]
     dockerfile = (dc.ROOT / "docker" / "flink.Dockerfile").read_text(encoding="utf-8")
     assert f"ARG FLINK_IMAGE=flink:{flink_version}-scala_2.12-java17" in dockerfile
-    connector = pom_property("flink.kafka.connector.version")
-    assert f"flink-sql-connector-kafka-{connector}.jar /opt/flink/lib/" in dockerfile
+    # The jobs' jar is compiled against, and shades the connector for, that same Flink.
+    jobs_pom = ET.parse(dc.ROOT / "jobs" / "jvm" / "pom.xml").getroot()  # noqa: S314
+    assert pom_property("flink.version", jobs_pom) == flink_version
+    assert pom_property("flink.kafka.connector.version", jobs_pom).endswith(
+        "-" + ".".join(flink_version.split(".")[:2])
+    )
+    assert "/jvm/flink/anchorwatch-flink-jobs.jar /opt/flink/lib/" in dockerfile
 
 
 def test_published_ports_are_unique(services: dict[str, dict[str, Any]]) -> None:

@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,12 +172,22 @@ def test_submitter_looks_for_the_drift_job_by_its_name() -> None:
 
 def test_flink_image_caches_the_jars_where_job_submit_finds_them() -> None:
     """`anchorwatch job submit` uses the jar cache without Maven when its stamp matches the
-    pom's hash; the image writes that stamp with sha256sum."""
+    sources' hash; the image writes that stamp with cat | sha256sum, which must agree with
+    `jvm.sources_hash()` (checked here by running the image's recipe on the checkout)."""
     from anchorwatch.stack import jvm
 
     text = (DOCKER / "flink.Dockerfile").read_text(encoding="utf-8")
-    assert jvm._STAMP == "pom.sha256"
-    assert "sha256sum pom.xml | cut -d' ' -f1 > /jvm/pom.sha256" in text
+    assert jvm._STAMP == "sources.sha256"
+    stamp = r"\\\n\s+\| sha256sum \| cut -d' ' -f1 > /jvm/sources\.sha256"
+    recipe = re.search(r"&& (\{ cat pom\.xml;.*?\})\s*" + stamp, text, re.S)
+    assert recipe, "the image no longer writes the stamp"
+    with tempfile.TemporaryDirectory() as build:
+        shutil.copy(jvm.POM, Path(build) / "pom.xml")
+        shutil.copytree(jvm.JOBS_PROJECT, Path(build) / "jobs",
+                        ignore=shutil.ignore_patterns("target"))  # fmt: skip
+        out = subprocess.run(["bash", "-o", "pipefail", "-c", recipe.group(1) + " | sha256sum"],
+                             cwd=build, capture_output=True, text=True, check=True)  # fmt: skip
+    assert out.stdout.split()[0] == jvm.sources_hash()
     assert "COPY --from=jars /jvm /opt/anchorwatch/cache/jvm" in text
     assert "ANCHORWATCH_JVM__CACHE_DIR=/opt/anchorwatch/cache" in text
     artifacts = jvm.JvmArtifacts(Path("/opt/anchorwatch/cache") / "jvm")

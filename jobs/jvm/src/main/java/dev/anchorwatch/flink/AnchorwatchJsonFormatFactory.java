@@ -1,0 +1,110 @@
+package dev.anchorwatch.flink;
+
+import java.util.Collections;
+import java.util.List;
+import java.util.Set;
+
+import org.apache.flink.api.common.serialization.DeserializationSchema;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.configuration.ConfigOption;
+import org.apache.flink.configuration.ConfigOptions;
+import org.apache.flink.configuration.ReadableConfig;
+import org.apache.flink.formats.common.TimestampFormat;
+import org.apache.flink.formats.json.JsonParserRowDataDeserializationSchema;
+import org.apache.flink.table.api.ValidationException;
+import org.apache.flink.table.connector.ChangelogMode;
+import org.apache.flink.table.connector.format.DecodingFormat;
+import org.apache.flink.table.connector.source.DynamicTableSource;
+import org.apache.flink.table.data.RowData;
+import org.apache.flink.table.factories.DeserializationFormatFactory;
+import org.apache.flink.table.factories.DynamicTableFactory;
+import org.apache.flink.table.factories.FactoryUtil;
+import org.apache.flink.table.types.DataType;
+import org.apache.flink.table.types.logical.LogicalTypeFamily;
+import org.apache.flink.table.types.logical.RowType;
+import org.apache.flink.table.runtime.typeutils.InternalTypeInfo;
+
+/**
+ * Format {@code anchorwatch-json}: Flink's JSON decoding (a field of the wrong type becomes
+ * NULL, unknown fields are skipped) that does not drop a record which is not a JSON object.
+ * Such a record comes out with every decoded column NULL and its text in the payload column
+ * (option {@code payload-column}, default {@code unparsable_payload}, declared last), so one
+ * reader of a topic both aggregates records and dead-letters the unreadable ones.
+ */
+public final class AnchorwatchJsonFormatFactory implements DeserializationFormatFactory {
+
+    public static final String IDENTIFIER = "anchorwatch-json";
+
+    public static final ConfigOption<String> PAYLOAD_COLUMN =
+            ConfigOptions.key("payload-column")
+                    .stringType()
+                    .defaultValue("unparsable_payload")
+                    .withDescription(
+                            "Last STRING column: NULL for a decoded record, the record's text"
+                                    + " for one that is not a JSON object.");
+
+    @Override
+    public DecodingFormat<DeserializationSchema<RowData>> createDecodingFormat(
+            DynamicTableFactory.Context context, ReadableConfig formatOptions) {
+        FactoryUtil.validateFactoryOptions(this, formatOptions);
+        final String payloadColumn = formatOptions.get(PAYLOAD_COLUMN);
+        return new DecodingFormat<>() {
+            @Override
+            public DeserializationSchema<RowData> createRuntimeDecoder(
+                    DynamicTableSource.Context sourceContext, DataType physicalDataType) {
+                RowType rowType = (RowType) physicalDataType.getLogicalType();
+                List<String> names = rowType.getFieldNames();
+                int payload = names.indexOf(payloadColumn);
+                if (payload < 0) {
+                    // The query does not read the payload column: plain JSON decoding.
+                    return decoder(rowType);
+                }
+                if (payload != names.size() - 1
+                        || !rowType.getTypeAt(payload)
+                                .getTypeRoot()
+                                .getFamilies()
+                                .contains(LogicalTypeFamily.CHARACTER_STRING)) {
+                    throw new ValidationException(
+                            String.format(
+                                    "format '%s': column '%s' must be the last value column and"
+                                            + " a STRING",
+                                    IDENTIFIER, payloadColumn));
+                }
+                RowType decoded = new RowType(rowType.getFields().subList(0, payload));
+                TypeInformation<RowData> produced =
+                        sourceContext.createTypeInformation(physicalDataType);
+                return new UnparsableAwareDeserializationSchema(
+                        decoder(decoded), payload, produced);
+            }
+
+            @Override
+            public ChangelogMode getChangelogMode() {
+                return ChangelogMode.insertOnly();
+            }
+        };
+    }
+
+    private static DeserializationSchema<RowData> decoder(RowType rowType) {
+        return new JsonParserRowDataDeserializationSchema(
+                rowType,
+                InternalTypeInfo.of(rowType),
+                /* failOnMissingField= */ false,
+                /* ignoreParseErrors= */ true,
+                TimestampFormat.ISO_8601);
+    }
+
+    @Override
+    public String factoryIdentifier() {
+        return IDENTIFIER;
+    }
+
+    @Override
+    public Set<ConfigOption<?>> requiredOptions() {
+        return Collections.emptySet();
+    }
+
+    @Override
+    public Set<ConfigOption<?>> optionalOptions() {
+        return Set.of(PAYLOAD_COLUMN);
+    }
+}
