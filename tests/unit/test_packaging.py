@@ -41,6 +41,11 @@ def test_wheel_puts_only_anchorwatch_in_site_packages(tmp_path: Path) -> None:
         "anchorwatch/connectors/publisher.py",
         "anchorwatch/alerting/__init__.py",
         "anchorwatch/stack/pom.xml",
+        # Sources of the jobs' jar, which `anchorwatch jvm fetch` builds on the user's machine.
+        "anchorwatch/jobs/jvm/pom.xml",
+        "anchorwatch/jobs/jvm/src/main/java/dev/anchorwatch/flink/AnchorwatchJsonFormatFactory.java",
+        "anchorwatch/jobs/jvm/src/main/resources/META-INF/services/"
+        "org.apache.flink.table.factories.Factory",
         "anchorwatch/contracts/schemas/snapshot-event.v1.schema.json",
     ):
         assert path in names
