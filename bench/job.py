@@ -10,18 +10,25 @@ job over the same topic, in one run on this machine.
 2. Runs, each bounded over the same topic on the embedded mini-cluster, with the same
    parallelism: (a) read-parse-discard: the same source and format, every column the drift
    job reads, into a blackhole sink; (b) the drift job as deployed. Each rate is
-   N / (wall time - fixed cost), the fixed cost (job start, Python workers, stop) being the
-   faster of two runs of the same job over a 1,000-event topic; both figures are printed.
+   N / (wall time - fixed cost), the fixed cost (job start, Python workers, stop) being a
+   run of the same job over a 1,000-event topic just before; also the CPU seconds per event
+   of the JVM and its Python workers (big run minus small run), which other load on the
+   machine disturbs far less than wall time; and, from Java Flight Recorder samples of the
+   same run, the CPU the job spends downstream of reading and parsing, as a share of the
+   CPU spent reading and parsing: the cost of the job's logic, immune to machine load.
+   `--rounds` alternates the two jobs; medians and ratios are printed.
 3. Latency: runs the drift job unbounded, and each second sends one event that moves the
    watermark past a window end; reports the time from that send until the window's verdict
    is readable on the verdicts topic (p50 / p99 / max).
-4. Memory: peak RSS of the mini-cluster JVM (it is the TaskManager here) during (b).
+4. Memory: peak RSS of the mini-cluster JVM (it is the TaskManager here) during each run.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -107,32 +114,120 @@ def topic_size(settings: JobSettings, topic: str) -> int:
         consumer.close()
 
 
-class PeakRss:
-    """Samples the RSS of this process's Java children (the mini-cluster JVM)."""
+class Watch:
+    """While a run lasts, samples the mini-cluster JVM (this process's Java child, the
+    TaskManager here) and the Python workers it starts: the JVM's peak RSS, and the CPU
+    seconds all of them spend. CPU per event is the figure other load on the machine
+    disturbs least."""
 
     def __init__(self) -> None:
-        self.peak = 0
+        self.peak_rss = 0
+        self._start: dict[int, float] = {}
+        self._last: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        me = psutil.Process()
-        while not self._stop.is_set():
-            for child in me.children(recursive=True):
-                try:
-                    if "java" in child.name():
-                        self.peak = max(self.peak, child.memory_info().rss)
-                except psutil.Error:
-                    pass
-            time.sleep(0.2)
+    def _processes(self) -> list[psutil.Process]:
+        out = []
+        for child in psutil.Process().children():
+            try:
+                # Not the broker (also a Java child here): both jobs read the same records.
+                if "java" in child.name() and "kafka.Kafka" not in child.cmdline():
+                    out += [child, *child.children(recursive=True)]
+            except psutil.Error:
+                pass
+        return out
 
-    def __enter__(self) -> PeakRss:
+    def _sample(self) -> None:
+        for proc in self._processes():
+            try:
+                cpu = proc.cpu_times()
+                self._last[proc.pid] = cpu.user + cpu.system
+                if "java" in proc.name():
+                    self.peak_rss = max(self.peak_rss, proc.memory_info().rss)
+            except psutil.Error:
+                pass
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self._sample()
+
+    @property
+    def cpu_s(self) -> float:
+        # Processes born during the run (Python workers) count from zero.
+        return sum(last - self._start.get(pid, 0.0) for pid, last in self._last.items())
+
+    def __enter__(self) -> Watch:
+        self._sample()
+        self._start = dict(self._last)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._sample()
+
+
+def measured(fn: Any, settings: JobSettings, jar: Path) -> tuple[float, Watch]:
+    with Watch() as watch:
+        wall = fn(settings, jar)
+    return wall, watch
+
+
+# A Flink task thread is named "<task> (<subtask>/<parallelism>)#<attempt>".
+_TASK_THREAD = re.compile(r"\(\d+/\d+\)#\d+$")
+_CHAINED = ("ChainingOutput.pushToOperator", "CopyingChainingOutput.pushToOperator")
+
+
+class Attribution:
+    """CPU samples of the mini-cluster JVM during one run (Java Flight Recorder, through
+    jcmd), split into reading and parsing the snapshots (the source's fetcher thread, and
+    its task thread until it hands a record to the first chained operator) and everything
+    downstream of that (the job's logic). Both shares come from the same seconds on the
+    same machine, so the ratio holds however loaded the machine is."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.file = workdir / f"run-{time.time_ns()}.jfr"
+        self.name = self.file.stem
+        self.pid = next(
+            p.pid for p in psutil.Process().children()
+            if "java" in p.name() and "kafka.Kafka" not in p.cmdline()
+        )  # fmt: skip
+
+    def _jcmd(self, *args: str) -> None:
+        subprocess.run(["jcmd", str(self.pid), *args], check=True, capture_output=True)
+
+    def __enter__(self) -> Attribution:
+        self._jcmd("JFR.start", f"name={self.name}", "settings=profile")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._jcmd("JFR.stop", f"name={self.name}", f"filename={self.file}")
+
+    def split(self, source: str) -> dict[str, int]:
+        out = subprocess.run(
+            ["jfr", "print", "--json", "--events", "jdk.ExecutionSample", str(self.file)],
+            check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+        counts = {"read+parse": 0, "logic": 0}
+        for event in orjson.loads(out)["recording"]["events"]:
+            values = event["values"]
+            thread = (values.get("sampledThread") or {}).get("javaName") or ""
+            if not _TASK_THREAD.search(thread):
+                continue  # job submission, planning, RPC: the fixed cost
+            if thread.startswith("Source Data Fetcher"):
+                counts["read+parse"] += 1
+            elif thread.startswith(f"Source: {source}["):
+                frames = values["stackTrace"]["frames"]
+                names = (f"{f['method']['type']['name'].rsplit('/', 1)[-1]}."
+                         f"{f['method']['name']}" for f in frames)  # fmt: skip
+                chained = any(n.startswith(_CHAINED) for n in names)
+                counts["logic" if chained else "read+parse"] += 1
+            else:
+                counts["logic"] += 1
+        self.file.unlink()
+        return counts
 
 
 def latency(settings: JobSettings, jar: Path, samples: int) -> list[float]:
@@ -185,6 +280,7 @@ def main() -> None:
         help="events per second of event time in the loaded stream (sets events per window)",
     )
     parser.add_argument("--latency-samples", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of both jobs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="aw-bench-job-") as tmp:
         stack = Stack(StackSettings.load(stack={
@@ -192,6 +288,7 @@ def main() -> None:
             "kafka_heap": "1g"}))  # fmt: skip
         stack.up(with_flink=False)
         try:
+            args.workdir = tmp
             bench(stack, args)
         finally:
             stack.down()
@@ -212,21 +309,44 @@ def bench(stack: Stack, args: Any) -> None:
         return s
 
     small, big = topics_with(1_000), topics_with(args.events)
-    rows = []
-    for name, fn in (("read-parse-discard", run_discard), ("drift job", run_drift)):
-        fixed = min(fn(small, jar), fn(small, jar))
-        with PeakRss() as rss:
-            wall = fn(big, jar)
-        rate = args.events / max(wall - fixed, 1e-9)
-        rows.append((name, wall, fixed, rate, rss.peak))
-        print(
-            f"{name:<22} wall {wall:6.1f}s fixed {fixed:5.1f}s  {rate:>10,.0f} events/s  "
-            f"raw {args.events / wall:>9,.0f}/s  JVM peak RSS {rss.peak / 2**20:,.0f} MiB  "
-            f"verdicts so far {topic_size(big, big.topics.verdicts):,}"
-        )
-    discard = rows[0][3]
-    for name, _, _, rate, _ in rows[1:]:
-        print(f"{name}: {rate / discard:.0%} of read-parse-discard")
+    workdir = Path(args.workdir)
+    n = args.events - 1_000
+    jobs = (("read-parse-discard", run_discard), ("drift job", run_drift))
+    rates: dict[str, list[float]] = {name: [] for name, _ in jobs}
+    cpus: dict[str, list[float]] = {name: [] for name, _ in jobs}
+    shares: dict[str, list[float]] = {name: [] for name, _ in jobs}
+    for round_no in range(1, args.rounds + 1):
+        # Alternating the jobs within each round pairs them under the same machine load.
+        for name, fn in jobs:
+            fixed, fixed_watch = measured(fn, small, jar)
+            with Attribution(workdir) as samples:
+                wall, watch = measured(fn, big, jar)
+            split = samples.split(drift_job.SNAPSHOTS)
+            rate = n / max(wall - fixed, 1e-9)
+            cpu_us = (watch.cpu_s - fixed_watch.cpu_s) / n * 1e6
+            share = split["logic"] / max(split["read+parse"], 1)
+            rates[name].append(rate)
+            cpus[name].append(cpu_us)
+            shares[name].append(share)
+            print(
+                f"round {round_no} {name:<19} wall {wall:6.1f}s fixed {fixed:5.1f}s "
+                f"{rate:>10,.0f} events/s  {cpu_us:5.1f} CPU-µs/event  "
+                f"logic/read+parse {split['logic']}/{split['read+parse']} samples = {share:.0%}  "
+                f"JVM peak RSS {watch.peak_rss / 2**20:,.0f} MiB  "
+                f"verdicts in topic {topic_size(big, big.topics.verdicts):,}",
+                flush=True,
+            )
+    discard, drift = (statistics.median(rates[name]) for name, _ in jobs)
+    discard_cpu, drift_cpu = (statistics.median(cpus[name]) for name, _ in jobs)
+    discard_share, drift_share = (statistics.median(shares[name]) for name, _ in jobs)
+    print(f"median over {args.rounds} rounds: read-parse-discard {discard:,.0f} events/s, "
+          f"drift job {drift:,.0f} events/s = {drift / discard:.0%} of read-parse-discard; "
+          f"CPU per event {drift_cpu:.1f} vs {discard_cpu:.1f} µs "
+          f"({drift_cpu / discard_cpu - 1:+.0%})",
+          flush=True)  # fmt: skip
+    print(f"CPU samples in the same run: the drift job's logic costs {drift_share:.0%} on top of "
+          f"reading and parsing (read-parse-discard's sink and projection: {discard_share:.0%})",
+          flush=True)  # fmt: skip
     lat = latency(big, jar, args.latency_samples)
     if lat:
         q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else lat * 99
