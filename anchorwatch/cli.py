@@ -437,9 +437,7 @@ def job_run(ctx: click.Context, /, bounded: bool, savepoint: str | None, **opts:
         f"{settings.topics.verdicts}" + (" (bounded)" if bounded else ""),
         err=True,
     )
-    drift_job.run(
-        settings, artifacts.flink_jobs_jar(), bounded=bounded, savepoint=savepoint
-    ).wait()
+    drift_job.run(settings, artifacts.flink_jobs_jar(), bounded=bounded, savepoint=savepoint).wait()
 
 
 @job.command("submit")

@@ -5,16 +5,21 @@ Starts a private Kafka on free ports (or uses --bootstrap), generates realistic 
 then:
 
 1. plain: produces the encoded snapshot events (exactly the bytes the service writes, keyed
-   by doc type) with a bare confluent-kafka producer configured like the service's
-   (idempotent, acks=all, lz4, same linger), and waits for every acknowledgement;
+   by doc type) with a bare confluent-kafka producer, the way a plain application does
+   (``produce()`` per record, ``poll(0)``), and waits for every acknowledgement. It is
+   configured exactly like the service's producer: idempotent, acks=all, the same
+   ``--compression`` and ``--linger-ms`` (defaults: the service's own), librdkafka's defaults
+   for the rest;
 2. ingest: runs `anchorwatch ingest serve` in its own process(es) and posts the same events
    as Kong http-log batches (`--batch` entries per request) from `--concurrency`
    connections; every 200 means Kafka acknowledged the whole batch.
 
-Prints events/s for both, the ratio, p50/p99 request latency, peak RSS of the service, and
-checks that the topic holds exactly one record per event.
+Prints events/s for both, the ratio, p50/p99 request latency, peak RSS of the service, CPU
+per event of the service (librdkafka's threads included) and of this load generator, how
+busy the machine's cores were, and checks that the topic holds exactly one record per event.
+The broker, the service and the load generator share the machine's cores.
 
-    .venv/bin/python bench/ingest.py --events 200000 --workers 1 2
+    .venv/bin/python bench/ingest.py --events 100000 --workers 1 2
 """
 
 from __future__ import annotations
@@ -35,15 +40,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from anchorwatch import logs
 from anchorwatch.connectors.server import serve
-from anchorwatch.connectors.settings import IngestSettings
+from anchorwatch.connectors.settings import IngestOptions, IngestSettings
 from anchorwatch.contracts import SnapshotEvent, encode
 from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.slice import create_topics, delete_topics, new_run_id, run_scoped_topics
 from anchorwatch.stack.processes import free_port
 from anchorwatch.stack.stack import private_kafka
-
-LINGER_MS = 5.0
 
 
 def make_events(count: int) -> list[SnapshotEvent]:
@@ -57,7 +60,7 @@ def make_events(count: int) -> list[SnapshotEvent]:
 
 
 def plain_producer(
-    bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], compression: str
+    bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], compression: str, linger: float
 ) -> tuple[float, float]:
     """Events/s of a bare producer, from the first produce to the last acknowledgement, and
     its CPU microseconds per event (librdkafka's threads included)."""
@@ -66,7 +69,7 @@ def plain_producer(
             "bootstrap.servers": bootstrap,
             "enable.idempotence": True,
             "acks": "all",
-            "linger.ms": LINGER_MS,
+            "linger.ms": linger,
             "compression.type": compression,
         }
     )
@@ -137,6 +140,14 @@ def _rss_peak_kib(pid: int) -> int:
             int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")
         )
     return total
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, all cores."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(fields) - idle) / tick, sum(fields) / tick
 
 
 def _cpu_s(pid: int) -> float:
@@ -218,6 +229,7 @@ def run_ingest(
     workers: int,
     concurrency: int,
     compression: str,
+    linger: float,
 ) -> dict[str, float]:
     topics = run_scoped_topics(base.topics, new_run_id())
     job = base.model_copy(update={"topics": topics})
@@ -229,7 +241,7 @@ def run_ingest(
         ingest={
             "port": port,
             "workers": workers,
-            "linger_ms": LINGER_MS,
+            "linger_ms": linger,
             "compression": compression,
         },
     )
@@ -241,9 +253,11 @@ def run_ingest(
         asyncio.run(post_all(port, warm_up, concurrency))
         warm = topic_count(base.kafka.bootstrap_servers, topics.snapshots)
         assert server.pid is not None
-        cpu = _cpu_s(server.pid)
+        cpu, client_cpu, machine = _cpu_s(server.pid), time.process_time(), _machine_busy()
         elapsed, latencies = asyncio.run(post_all(port, requests, concurrency))
         cpu = _cpu_s(server.pid) - cpu
+        client_cpu = time.process_time() - client_cpu
+        busy, total = (b - a for a, b in zip(machine, _machine_busy(), strict=True))
         rss_kib = _rss_peak_kib(server.pid)
         in_topic = topic_count(base.kafka.bootstrap_servers, topics.snapshots) - warm
     finally:
@@ -260,6 +274,8 @@ def run_ingest(
         "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
         "rss_mib": rss_kib / 1024,
         "cpu_us": cpu / events * 1e6,
+        "client_cpu_us": client_cpu / events * 1e6,
+        "machine_busy": busy / total,
     }
 
 
@@ -273,8 +289,17 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="client connections")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
+    defaults = IngestOptions()
     parser.add_argument(
-        "--compression", default="lz4", help="producer compression.type, for both sides"
+        "--compression",
+        default=defaults.compression,
+        help="producer compression.type, for both sides [default: the service's]",
+    )
+    parser.add_argument(
+        "--linger-ms",
+        type=float,
+        default=defaults.linger_ms,
+        help="producer linger.ms, for both sides [default: the service's]",
     )
     args = parser.parse_args()
     print("load average (1, 5, 15 min) at the start: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
@@ -300,22 +325,26 @@ def main() -> None:
         plain_job = base.model_copy(update={"topics": plain_topics})
         create_topics(plain_job)
         try:
-            topic, compression = plain_topics.snapshots, args.compression
-            plain_producer(bootstrap, topic, records[: len(records) // 20], compression)
-            plain, plain_cpu = plain_producer(bootstrap, topic, records, compression)
+            topic, compression, linger = plain_topics.snapshots, args.compression, args.linger_ms
+            plain_producer(bootstrap, topic, records[: len(records) // 20], compression, linger)
+            plain, plain_cpu = plain_producer(bootstrap, topic, records, compression, linger)
         finally:
             delete_topics(plain_job)
         print(
             f"plain confluent-kafka producer: {plain:>10,.0f} events/s, "
-            f"{plain_cpu:.1f} us CPU per event"
+            f"{plain_cpu:.1f} us CPU per event (compression {compression}, linger.ms {linger:g})"
         )
         for workers in args.workers:
-            r = run_ingest(base, requests, len(events), workers, args.concurrency, args.compression)
+            r = run_ingest(
+                base, requests, len(events), workers, args.concurrency, compression, linger
+            )
             print(
                 f"ingest over HTTP, {workers} worker(s): {r['events_per_s']:>10,.0f} events/s "
                 f"({r['events_per_s'] / plain:.0%} of plain), request p50 {r['p50_ms']:.1f} ms, "
                 f"p99 {r['p99_ms']:.1f} ms, peak RSS {r['rss_mib']:.0f} MiB, "
-                f"{r['cpu_us']:.1f} us CPU per event; topic holds exactly {len(events)} records"
+                f"{r['cpu_us']:.1f} us CPU per event (load generator "
+                f"{r['client_cpu_us']:.1f} us; cores busy {r['machine_busy']:.0%}); "
+                f"topic holds exactly {len(events)} records"
             )
         print(
             "load average (1, 5, 15 min) at the end: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())

@@ -26,12 +26,13 @@ should be less than or equal to 1``.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
-from anchorwatch.connectors.validation import Accepted, snapshot_record
+from anchorwatch.connectors.validation import Accepted, anchor_log, event_record, snapshot_record
 from anchorwatch.contracts import ContractError, FieldProblem
 
 RECORD: Final = "Kong http-log entry"
@@ -76,9 +77,8 @@ def kong_record(entry: Any, fmt: KongFormat = DEFAULT_FORMAT, *, source: str) ->
             problems.append(FieldProblem(path, "required header is missing"))
     anchor_count: int | None = None
     if count_text is not None:
-        if count_text.isascii() and count_text.isdigit():
-            anchor_count = int(count_text)
-        else:
+        anchor_count = _count(count_text)
+        if anchor_count is None:
             problems.append(FieldProblem(count_path, f"not an integer: {_show(count_text)}"))
 
     log_path, anchors = headers.snapshot_log(fmt.snapshot_log)
@@ -121,6 +121,63 @@ def kong_record(entry: Any, fmt: KongFormat = DEFAULT_FORMAT, *, source: str) ->
         raise ContractError(RECORD, [_renamed(p, paths) for p in error.problems]) from None
 
 
+def kong_record_fast(entry: Mapping[str, Any], fmt: KongFormat, *, source: str) -> Accepted | None:
+    """``kong_record`` without building the model or the anchors' dicts: ``entry`` holds
+    what ``kong_record`` reads of a Kong entry (the header maps, ``request.id``,
+    ``started_at``; see ``records.kong_body``). None: not accepted here, take
+    ``kong_record`` on the whole entry, which accepts or explains."""
+    problems: list[FieldProblem] = []
+    headers = _Headers(entry, fmt.locations, problems)
+    doc_type = headers.scalar(fmt.doc_type)[1]
+    status = headers.scalar(fmt.snapshot_status)[1]
+    count_text = headers.scalar(fmt.anchor_count)[1]
+    event_id = headers.scalar(fmt.request_id)[1]
+    log = headers.find(fmt.snapshot_log)[1]
+    if problems or doc_type is None or status is None or count_text is None:
+        return None
+    if event_id is None:
+        # Without request.id the id hashes the whole entry, which only kong_record has.
+        id_path, event_id = _fallback_id(entry)
+        if id_path == "$":
+            return None
+    return kong_event_fast(
+        event_id, doc_type, status, count_text, log, entry.get("started_at"), source=source
+    )
+
+
+def kong_event_fast(
+    event_id: str,
+    doc_type: str,
+    status: str,
+    count_text: str,
+    log: Any,
+    started_at: Any,
+    *,
+    source: str,
+) -> Accepted | None:
+    """The event from the values ``kong_record`` finds in an entry's headers (scalars
+    stripped; the snapshot log as found: a string, a list of parts, or None) and its
+    ``started_at``; None when not accepted here."""
+    anchor_count = _count(count_text)
+    if anchor_count is None:
+        return None
+    anchors: list[Any] = []
+    if log is None:
+        if status == "active" and anchor_count:
+            return None
+    else:
+        for part in log if isinstance(log, list) else [log]:
+            parsed = anchor_log(part) if isinstance(part, str) else None
+            if parsed is None:
+                return None
+            anchors += parsed
+    if type(started_at) is not int:
+        started_at = _started_at(started_at, [])
+        if started_at is None:
+            return None
+    return event_record(event_id, started_at, doc_type, status, anchor_count, anchors, source)
+
+
 def redacted(entry: Any, names: frozenset[str]) -> Any:
     """``entry`` with the values of the named headers replaced by ``REDACTED``, as Kong
     does for authorization; the entry itself when it carries none of them."""
@@ -139,7 +196,7 @@ def redacted(entry: Any, names: frozenset[str]) -> Any:
     return entry if out is None else out
 
 
-def fallback_event_id(entry: dict[str, Any]) -> str:
+def fallback_event_id(entry: Mapping[str, Any]) -> str:
     """A deterministic id for an entry that carries no request id: the same entry (as Kong
     re-sends it on retry) always gets the same id."""
     canonical = orjson.dumps(entry, option=orjson.OPT_SORT_KEYS)
@@ -152,7 +209,7 @@ class _Headers:
     __slots__ = ("_first", "_lowered", "_maps", "_problems")
 
     def __init__(
-        self, entry: dict[str, Any], locations: tuple[str, ...], problems: list[FieldProblem]
+        self, entry: Mapping[str, Any], locations: tuple[str, ...], problems: list[FieldProblem]
     ) -> None:
         self._problems = problems
         self._maps: list[tuple[str, dict[str, Any]]] = []
@@ -247,6 +304,15 @@ class _Headers:
         return path, anchors
 
 
+def _count(text: str) -> int | None:
+    """The anchor count header as an integer; None when it is not one. Thousands of digits
+    stay a (too large) number rather than reaching int(), which refuses them."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    digits = text.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else 10**18
+
+
 def _started_at(value: Any, problems: list[FieldProblem]) -> int | None:
     if value is None:
         problems.append(FieldProblem("started_at", "required field is missing"))
@@ -265,7 +331,7 @@ def _started_at(value: Any, problems: list[FieldProblem]) -> int | None:
     return None
 
 
-def _fallback_id(entry: dict[str, Any]) -> tuple[str, str]:
+def _fallback_id(entry: Mapping[str, Any]) -> tuple[str, str]:
     request = entry.get("request")
     kong_id = request.get("id") if isinstance(request, dict) else None
     if isinstance(kong_id, str) and kong_id.strip():

@@ -27,6 +27,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -212,8 +213,8 @@ class IngestService:
         records.labels(fmt, "accepted").inc(len(batch.accepted))
         if batch.rejected:
             records.labels(fmt, "rejected").inc(len(batch.rejected))
-            for r in batch.rejected:
-                self.metrics.rejected.labels(fmt, reason_label(r.error)).inc()
+            for reason, count in Counter(reason_label(r.error) for r in batch.rejected).items():
+                self.metrics.rejected.labels(fmt, reason).inc(count)
             log.info(
                 "records dead-lettered",
                 extra={
