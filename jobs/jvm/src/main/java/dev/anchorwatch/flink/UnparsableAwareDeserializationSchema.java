@@ -46,22 +46,22 @@ final class UnparsableAwareDeserializationSchema implements DeserializationSchem
 
     @Override
     public RowData deserialize(byte[] message) throws IOException {
-        throw new UnsupportedOperationException("use deserialize(byte[], Collector)");
-    }
-
-    @Override
-    public void deserialize(byte[] message, Collector<RowData> out) throws IOException {
         last.row = null;
         if (message != null) {
             decoder.deserialize(message, last);
         }
         RowData decoded = last.row;
         if (decoded != null) {
-            out.collect(withPayload(decoded, null));
-            return;
+            return withPayload(decoded, null);
         }
         String text = message == null ? "" : new String(message, StandardCharsets.UTF_8);
-        out.collect(withPayload(new GenericRowData(decodedArity), StringData.fromString(text)));
+        return withPayload(new GenericRowData(decodedArity), StringData.fromString(text));
+    }
+
+    @Override
+    public void deserialize(byte[] message, Collector<RowData> out) throws IOException {
+        // Exactly one row per record, read or not.
+        out.collect(deserialize(message));
     }
 
     private RowData withPayload(RowData decoded, StringData payload) {
