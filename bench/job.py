@@ -1,10 +1,11 @@
 """Throughput, latency and memory of the drift job, side by side with a read-parse-discard
 job over the same topic, in one run on this machine.
 
-    .venv/bin/python bench/job.py --events 2000000
+    .venv/bin/python bench/job.py --events 3000000 --rounds 3
+    .venv/bin/python bench/job.py --events 2000000 --rounds 1 --event-rate 20   # replaying history
 
 1. Starts a private Kafka (free ports, temporary directory) and loads N realistic snapshot
-   events (from the traffic generator, replayed with fresh ids and shifted times).
+   events (from the traffic generator, replayed with fresh ids and new event times).
    Event time advances as in a stream sustaining `--event-rate` events/s (default 100k/s,
    the target), so windows hold as many events as they would at that rate.
 2. Runs, each bounded over the same topic on the embedded mini-cluster, with the same
