@@ -31,8 +31,8 @@ from anchorwatch.alerting.notify import (
     Permanent,
     Retryable,
     RetryPolicy,
+    attempt,
     classify,
-    error_for,
     failure,
 )
 from anchorwatch.alerting.render import (
@@ -155,17 +155,15 @@ class JiraNotifier:
 
     def _call(self, operation: str, fn: Callable[[JIRA], T]) -> T:
         def once() -> T:
-            try:
-                if self._client is None:
-                    self._client = self._factory()
-                return fn(self._client)
-            except Exception as exc:
-                outcome = outcome_of(exc)
-                if outcome is None:
-                    raise
-                raise error_for(SERVICE, operation, outcome) from exc
+            if self._client is None:
+                self._client = self._factory()
+            return fn(self._client)
 
-        return self._retry.call(once, service=SERVICE, operation=operation)
+        return self._retry.call(
+            lambda: attempt(SERVICE, operation, once, outcome_of),
+            service=SERVICE,
+            operation=operation,
+        )
 
     @staticmethod
     def _search(client: JIRA, jql: str) -> list[Issue]:

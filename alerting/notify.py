@@ -89,6 +89,24 @@ def error_for(service: str, operation: str, outcome: Retryable | Permanent) -> N
     return PermanentError(service, operation, outcome)
 
 
+def attempt(
+    service: str,
+    operation: str,
+    fn: Callable[[], T],
+    outcome_of: Callable[[Exception], Retryable | Permanent | None],
+) -> T:
+    """Run ``fn`` once. An exception ``outcome_of`` (the integration's classifier) knows
+    becomes that outcome's NotifyError, which RetryPolicy retries or gives up on; any other
+    exception is a bug and propagates."""
+    try:
+        return fn()
+    except Exception as exc:
+        outcome = outcome_of(exc)
+        if outcome is None:
+            raise
+        raise error_for(service, operation, outcome) from exc
+
+
 def parse_retry_after(
     value: str | float | None, now: Callable[[], float] = time.time
 ) -> float | None:

@@ -49,6 +49,7 @@ from anchorwatch.alerting.notify import (
     Retryable,
     RetryableError,
     RetryPolicy,
+    attempt,
     error_for,
 )
 from anchorwatch.alerting.render import (
@@ -314,16 +315,11 @@ class SlackDelivery:
             return None
 
     def _call(self, operation: str, fn: Callable[[], Any]) -> Any:
-        def once() -> Any:
-            try:
-                return fn()
-            except Exception as exc:
-                outcome = slack_outcome(exc)
-                if outcome is None:
-                    raise
-                raise error_for("slack", operation, outcome) from exc
-
-        return self._retry.call(once, service="slack", operation=operation)
+        return self._retry.call(
+            lambda: attempt("slack", operation, fn, slack_outcome),
+            service="slack",
+            operation=operation,
+        )
 
     def _reconcile_parent(self, entry: OutboxEntry, note: Note) -> Delivered | None:
         label = incident_label(note.view.incident_id)
@@ -490,17 +486,15 @@ class JiraDelivery:
 
     def _call(self, operation: str, fn: Callable[[Any], T]) -> T:
         def once() -> T:
-            try:
-                if self._client is None:
-                    self._client = self._factory()
-                return fn(self._client)
-            except Exception as exc:
-                outcome = jira_outcome(exc)
-                if outcome is None:
-                    raise
-                raise error_for("jira", operation, outcome) from exc
+            if self._client is None:
+                self._client = self._factory()
+            return fn(self._client)
 
-        return self._retry.call(once, service="jira", operation=operation)
+        return self._retry.call(
+            lambda: attempt("jira", operation, once, jira_outcome),
+            service="jira",
+            operation=operation,
+        )
 
     def reconcile(self, entry: OutboxEntry) -> Delivered | None:
         if entry.action == "open":

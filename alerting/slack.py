@@ -34,6 +34,7 @@ from anchorwatch.alerting.notify import (
     Permanent,
     Retryable,
     RetryPolicy,
+    attempt,
     classify,
     error_for,
     failure,
@@ -114,16 +115,6 @@ def outcome_of(exc: Exception) -> Retryable | Permanent | None:
     return None
 
 
-def _attempt(operation: str, fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except Exception as exc:
-        outcome = outcome_of(exc)
-        if outcome is None:
-            raise
-        raise error_for(SERVICE, operation, outcome) from exc
-
-
 class SlackNotifier:
     """Bot-token mode: one thread per incident."""
 
@@ -162,7 +153,9 @@ class SlackNotifier:
 
     def _call(self, operation: str, fn: Callable[[], SlackResponse]) -> SlackResponse:
         result: SlackResponse = self._retry.call(
-            lambda: _attempt(operation, fn), service=SERVICE, operation=operation
+            lambda: attempt(SERVICE, operation, fn, outcome_of),
+            service=SERVICE,
+            operation=operation,
         )
         return result
 
@@ -294,15 +287,14 @@ class SlackWebhookNotifier:
 
     def _send(self, operation: str, message: SlackMessage) -> None:
         def once() -> None:
-            try:
-                response = self._client.send(
+            response = attempt(
+                SERVICE,
+                operation,
+                lambda: self._client.send(
                     text=message.text, blocks=message.blocks, unfurl_links=False
-                )
-            except Exception as exc:
-                outcome = outcome_of(exc)
-                if outcome is None:
-                    raise
-                raise error_for(SERVICE, operation, outcome) from exc
+                ),
+                outcome_of,
+            )
             retry_after = _header(response.headers, "Retry-After")
             result = classify(response.status_code, response.body, retry_after)
             if not isinstance(result, Ok):

@@ -36,10 +36,10 @@ from confluent_kafka import Producer
 from anchorwatch.alerting.local_jira import LocalJira
 from anchorwatch.alerting.local_slack import LocalSlack
 from anchorwatch.alerting.store import Store
-from anchorwatch.contracts import Verdict, WindowAggregate, encode, verdict_id
+from anchorwatch.contracts import Verdict, WindowAggregate, encode
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config
-from anchorwatch.policy.window import judge_window
+from anchorwatch.policy.window import judge_window, verdict_for
 from anchorwatch.slice import create_topics, delete_topics, new_run_id, run_scoped_topics
 from anchorwatch.stack.processes import free_port
 from anchorwatch.stack.stack import private_kafka
@@ -58,19 +58,7 @@ def verdict(doc_type: str, minute: int, mean: float, requests: int = 50) -> Verd
         request_count=requests,
         mean_drift=mean,
     )
-    j = judge_window(window, None)
-    return Verdict(
-        verdict_id=verdict_id(doc_type, start, "bench"),
-        job_version="bench",
-        window=window,
-        rule=j.rule,
-        baseline_version=j.baseline_version,
-        threshold=j.threshold,
-        critical_threshold=j.critical_threshold,
-        min_requests=j.min_requests,
-        breach_level=j.breach_level,
-        reasons=j.reasons,
-    )
+    return verdict_for(window, judge_window(window, None), "bench")
 
 
 class TimedSlack(LocalSlack):

@@ -96,7 +96,7 @@ def _meta(base: Any, metadata: list[Any], *, patterns: bool) -> Any:
         if bound is not None:
             constraints[bound] = getattr(m, bound)
         elif type(m).__name__ == "AllowInfNan":
-            pass  # the float bounds below are finite either way
+            continue  # nothing to translate: the float bounds below are finite anyway
         elif type(m).__name__ == "_PydanticGeneralMetadata" and set(vars(m)) == {"pattern"}:
             pattern: str = m.pattern
             if pattern != _PRINTABLE:

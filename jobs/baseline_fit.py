@@ -26,7 +26,6 @@ from typing import Any, Final
 import orjson
 from confluent_kafka import KafkaError, Message, Producer
 from pyflink.table import (
-    DataTypes,
     EnvironmentSettings,
     Schema,
     Table,
@@ -38,7 +37,7 @@ from anchorwatch.backtest import window_from_row
 from anchorwatch.contracts import Baseline, ContractError, WindowAggregate, decode_baseline, encode
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.jobs.baseline_settings import BaselineSettings
-from anchorwatch.jobs.drift_job import invalid_condition
+from anchorwatch.jobs.drift_job import checked_columns, invalid_condition
 from anchorwatch.kafkaio import client_config, read_topic
 from anchorwatch.settings import KafkaSettings
 
@@ -70,16 +69,7 @@ def create_table_env(settings: BaselineSettings, connector_jar: Path | None) -> 
 
 def _schema() -> Any:
     # The columns the drift job's record checks read, and nothing per anchor.
-    return (
-        Schema.new_builder()
-        .column("event_id", DataTypes.STRING())
-        .column("event_time_ms", DataTypes.BIGINT())
-        .column("doc_type", DataTypes.STRING())
-        .column("snapshot_status", DataTypes.STRING())
-        .column("anchor_count", DataTypes.INT())
-        .column("mean_drift", DataTypes.DOUBLE())
-        .build()
-    )
+    return checked_columns(Schema.new_builder()).build()
 
 
 def declare_topic_source(

@@ -43,14 +43,12 @@ from pyflink.table import (
 
 from anchorwatch.contracts import (
     ContractError,
-    Verdict,
     WindowAggregate,
     decode_baseline,
     encode,
-    verdict_id,
 )
 from anchorwatch.jobs.settings import JobSettings
-from anchorwatch.policy.window import QualityLimits, StaticRule, judge_window
+from anchorwatch.policy.window import QualityLimits, StaticRule, judge_window, verdict_for
 
 log = logging.getLogger(__name__)
 
@@ -123,13 +121,7 @@ def declare_tables(t_env: StreamTableEnvironment, settings: JobSettings, *, boun
     snapshots = (
         TableDescriptor.for_connector("kafka")
         .schema(
-            Schema.new_builder()
-            .column("event_id", DataTypes.STRING())
-            .column("event_time_ms", DataTypes.BIGINT())
-            .column("doc_type", DataTypes.STRING())
-            .column("snapshot_status", DataTypes.STRING())
-            .column("anchor_count", DataTypes.INT())
-            .column("mean_drift", DataTypes.DOUBLE())
+            checked_columns(Schema.new_builder())
             .column("max_drift", DataTypes.DOUBLE())
             .column("max_kl_divergence", DataTypes.DOUBLE())
             .column("resample_count", DataTypes.INT())
@@ -210,6 +202,19 @@ _CHECKS = (
 
 
 _NOT_AN_OBJECT = ("$", "not a JSON object", f"{UNPARSABLE} IS NOT NULL")
+
+
+def checked_columns(builder: Any) -> Any:
+    """``builder`` with the columns of a snapshot event that _CHECKS reads (the baseline fit
+    reads snapshots with these too)."""
+    return (
+        builder.column("event_id", DataTypes.STRING())
+        .column("event_time_ms", DataTypes.BIGINT())
+        .column("doc_type", DataTypes.STRING())
+        .column("snapshot_status", DataTypes.STRING())
+        .column("anchor_count", DataTypes.INT())
+        .column("mean_drift", DataTypes.DOUBLE())
+    )
 
 
 def invalid_condition() -> str:
@@ -387,19 +392,8 @@ class JudgeWindows(KeyedCoProcessFunction):  # type: ignore[misc]
         )
         stored = self.baseline.value()
         baseline = decode_baseline(stored) if stored else None
-        j = judge_window(window, baseline, self.static, self.quality)
-        verdict = Verdict(
-            verdict_id=verdict_id(doc_type, window.window_start_ms, self.job_version),
-            job_version=self.job_version,
-            window=window,
-            rule=j.rule,
-            baseline_version=j.baseline_version,
-            threshold=j.threshold,
-            critical_threshold=j.critical_threshold,
-            min_requests=j.min_requests,
-            breach_level=j.breach_level,
-            reasons=j.reasons,
-        )
+        judgement = judge_window(window, baseline, self.static, self.quality)
+        verdict = verdict_for(window, judgement, self.job_version)
         yield Row("verdict", doc_type, encode(verdict).decode())
 
     def process_element2(self, row: Row, ctx: KeyedCoProcessFunction.Context) -> Iterator[Row]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from anchorwatch.contracts import Baseline, Reason, WindowAggregate
+from anchorwatch.contracts import Baseline, Reason, Verdict, WindowAggregate, verdict_id
 from anchorwatch.contracts.models import BreachLevel, RuleKind
 
 HOUR_MS = 3_600_000
@@ -53,6 +53,22 @@ class Judgement:
     breach_level: BreachLevel
     baseline_version: str | None
     reasons: list[Reason] = field(default_factory=list)
+
+
+def verdict_for(window: WindowAggregate, judgement: Judgement, job_version: str) -> Verdict:
+    """The verdict on ``window``: its figures, the judgement and a deterministic id."""
+    return Verdict(
+        verdict_id=verdict_id(window.doc_type, window.window_start_ms, job_version),
+        job_version=job_version,
+        window=window,
+        rule=judgement.rule,
+        baseline_version=judgement.baseline_version,
+        threshold=judgement.threshold,
+        critical_threshold=judgement.critical_threshold,
+        min_requests=judgement.min_requests,
+        breach_level=judgement.breach_level,
+        reasons=judgement.reasons,
+    )
 
 
 def hour_of_day(window_start_ms: int) -> int:

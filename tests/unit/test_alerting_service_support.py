@@ -14,8 +14,8 @@ from collections import Counter
 from typing import Any
 
 from anchorwatch.alerting.local_slack import LocalSlack
-from anchorwatch.contracts import Verdict, WindowAggregate, verdict_id
-from anchorwatch.policy.window import judge_window
+from anchorwatch.contracts import Verdict, WindowAggregate
+from anchorwatch.policy.window import judge_window, verdict_for
 
 T0 = 1_767_621_600_000  # 2026-01-05 14:00 UTC
 MINUTE = 60_000
@@ -40,19 +40,7 @@ def verdict(
         mean_drift=mean,
         p95_drift=min(1.0, mean + 0.04),
     )
-    j = judge_window(window, None)
-    return Verdict(
-        verdict_id=verdict_id(doc_type, start, job_version),
-        job_version=job_version,
-        window=window,
-        rule=j.rule,
-        baseline_version=j.baseline_version,
-        threshold=j.threshold,
-        critical_threshold=j.critical_threshold,
-        min_requests=j.min_requests,
-        breach_level=j.breach_level,
-        reasons=j.reasons,
-    )
+    return verdict_for(window, judge_window(window, None), job_version)
 
 
 def lifecycle(doc_type: str, first_minute: int = 0) -> list[Verdict]:
