@@ -209,17 +209,22 @@ def _rows(fh: IO[bytes], name: str, kind: str) -> Iterator[tuple[int, Mapping[st
         yield line_no, value
 
 
-def read_baselines(source: Path) -> dict[str, Baseline]:
-    """Baseline records, one JSON object per line (as ``baseline fit --out`` writes them);
-    a later line for the same doc type wins, as on the compacted topic."""
-    out: dict[str, Baseline] = {}
+def _lines(source: Path) -> Iterator[tuple[int, bytes]]:
+    """The non-blank lines of an NDJSON file, numbered from 1 for error messages."""
     try:
         lines = source.read_bytes().splitlines()
     except OSError as exc:
         raise BacktestInputError(f"{source}: {exc.strerror or exc}") from None
     for line_no, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
+        if raw.strip():
+            yield line_no, raw
+
+
+def read_baselines(source: Path) -> dict[str, Baseline]:
+    """Baseline records, one JSON object per line (as ``baseline fit --out`` writes them);
+    a later line for the same doc type wins, as on the compacted topic."""
+    out: dict[str, Baseline] = {}
+    for line_no, raw in _lines(source):
         try:
             baseline = validate(Baseline, orjson.loads(raw))
         except (orjson.JSONDecodeError, ContractError) as exc:
@@ -241,13 +246,7 @@ class Label:
 
 def read_labels(source: Path) -> list[Label]:
     labels = []
-    try:
-        lines = source.read_bytes().splitlines()
-    except OSError as exc:
-        raise BacktestInputError(f"{source}: {exc.strerror or exc}") from None
-    for line_no, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
+    for line_no, raw in _lines(source):
         try:
             d = orjson.loads(raw)
             labels.append(
