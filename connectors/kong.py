@@ -32,7 +32,7 @@ from typing import Any, Final
 
 import orjson
 
-from anchorwatch.connectors.validation import Accepted, anchor_log, event_record, snapshot_record
+from anchorwatch.connectors.validation import Accepted, snapshot_record
 from anchorwatch.contracts import ContractError, FieldProblem
 
 RECORD: Final = "Kong http-log entry"
@@ -119,63 +119,6 @@ def kong_record(entry: Any, fmt: KongFormat = DEFAULT_FORMAT, *, source: str) ->
             "anchors": log_path,
         }
         raise ContractError(RECORD, [_renamed(p, paths) for p in error.problems]) from None
-
-
-def kong_record_fast(entry: Mapping[str, Any], fmt: KongFormat, *, source: str) -> Accepted | None:
-    """``kong_record`` without building the model or the anchors' dicts: ``entry`` holds
-    what ``kong_record`` reads of a Kong entry (the header maps, ``request.id``,
-    ``started_at``; see ``records.kong_body``). None: not accepted here, take
-    ``kong_record`` on the whole entry, which accepts or explains."""
-    problems: list[FieldProblem] = []
-    headers = _Headers(entry, fmt.locations, problems)
-    doc_type = headers.scalar(fmt.doc_type)[1]
-    status = headers.scalar(fmt.snapshot_status)[1]
-    count_text = headers.scalar(fmt.anchor_count)[1]
-    event_id = headers.scalar(fmt.request_id)[1]
-    log = headers.find(fmt.snapshot_log)[1]
-    if problems or doc_type is None or status is None or count_text is None:
-        return None
-    if event_id is None:
-        # Without request.id the id hashes the whole entry, which only kong_record has.
-        id_path, event_id = _fallback_id(entry)
-        if id_path == "$":
-            return None
-    return kong_event_fast(
-        event_id, doc_type, status, count_text, log, entry.get("started_at"), source=source
-    )
-
-
-def kong_event_fast(
-    event_id: str,
-    doc_type: str,
-    status: str,
-    count_text: str,
-    log: Any,
-    started_at: Any,
-    *,
-    source: str,
-) -> Accepted | None:
-    """The event from the values ``kong_record`` finds in an entry's headers (scalars
-    stripped; the snapshot log as found: a string, a list of parts, or None) and its
-    ``started_at``; None when not accepted here."""
-    anchor_count = _count(count_text)
-    if anchor_count is None:
-        return None
-    anchors: list[Any] = []
-    if log is None:
-        if status == "active" and anchor_count:
-            return None
-    else:
-        for part in log if isinstance(log, list) else [log]:
-            parsed = anchor_log(part) if isinstance(part, str) else None
-            if parsed is None:
-                return None
-            anchors += parsed
-    if type(started_at) is not int:
-        started_at = _started_at(started_at, [])
-        if started_at is None:
-            return None
-    return event_record(event_id, started_at, doc_type, status, anchor_count, anchors, source)
 
 
 def redacted(entry: Any, names: frozenset[str]) -> Any:

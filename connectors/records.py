@@ -11,12 +11,12 @@ entry or line that does not fit the contract becomes a ``Rejected`` with the raw
 ``ContractError`` naming the field, for the dead-letter topic.
 
 Accepted events come out validated and encoded (``validation``). Both formats first take a
-fast path: msgspec reads only what the mapping needs, straight into validated values (for
-Kong, the five snapshot headers and ``started_at``, else the header maps and
-``request.id``; the rest of each entry is skipped unread). An entry or line the fast path
-does not accept takes the reference path (orjson, the pydantic contract), which accepts it
-or says exactly why not; so does a whole body when msgspec cannot read it. Both paths give
-the same answer, byte for byte (tests/unit/test_ingest_fastpath.py).
+compiled fast path (``_native``, see ``validation``), which reads only what the mapping
+needs (for Kong, the snapshot headers in each configured location and ``started_at``; the
+rest of each entry is skipped unread). An entry or line it does not accept takes the
+reference path (orjson, the pydantic contract), which accepts it or says exactly why not;
+so does a whole body that it cannot read. Both paths give the same answer, byte for byte
+(tests/unit/test_ingest_fastpath.py).
 """
 
 from __future__ import annotations
@@ -27,25 +27,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import msgspec
 import orjson
-from typing_extensions import TypedDict
 
-from anchorwatch.connectors.kong import (
-    DEFAULT_FORMAT,
-    KongFormat,
-    json_kind,
-    kong_event_fast,
-    kong_record,
-    kong_record_fast,
-    redacted,
-)
-from anchorwatch.connectors.validation import (
-    Accepted,
-    plain_json,
-    snapshot_json,
-    snapshot_record,
-)
+from anchorwatch.connectors._native import SnapshotReader
+from anchorwatch.connectors.kong import DEFAULT_FORMAT, KongFormat, json_kind, kong_record, redacted
+from anchorwatch.connectors.validation import Accepted, snapshot_record
 from anchorwatch.contracts import ContractError, FieldProblem, SnapshotEvent
 
 Format = Literal["kong", "ndjson"]
@@ -70,46 +56,17 @@ class Batch:
         return len(self.accepted) + len(self.rejected)
 
 
-class _KongSection(TypedDict, total=False):
-    headers: dict[str, Any] | None
-    id: Any
-
-
-class _KongEntry(TypedDict, total=False):
-    """What kong_record reads of an entry; msgspec skips every other key unread."""
-
-    request: _KongSection | None
-    response: _KongSection | None
-    started_at: Any
-
-
-_KONG_JSON = msgspec.json.Decoder(list[_KongEntry] | _KongEntry)
-
-
 @functools.lru_cache(maxsize=16)
-def _snapshot_headers_json(fmt: KongFormat) -> msgspec.json.Decoder[Any]:
-    """Reads of each entry only the five headers, under their exact (lower-case) names, in
-    the first location, and ``started_at``; all else is skipped unread. When the five are
-    there as strings, they are what ``_Headers.find`` answers whatever else the entry
-    holds (the exact name wins); an entry without them takes ``_KONG_JSON``."""
-    names = {
-        "doc_type": fmt.doc_type,
-        "snapshot_status": fmt.snapshot_status,
-        "anchor_count": fmt.anchor_count,
-        "snapshot_log": fmt.snapshot_log,
-        "request_id": fmt.request_id,
-    }
-    headers = msgspec.defstruct(
-        "KongSnapshotHeaders", [(f, str | None, None) for f in names], rename=names, gc=False
+def _reader(fmt: KongFormat) -> SnapshotReader:
+    return SnapshotReader(
+        fmt.doc_type,
+        fmt.snapshot_status,
+        fmt.anchor_count,
+        fmt.snapshot_log,
+        fmt.request_id,
+        list(fmt.locations),
+        Accepted,
     )
-    section = msgspec.defstruct("KongSection", [("headers", headers | None, None)], gc=False)
-    entry = msgspec.defstruct(
-        "KongEntry",
-        [("first", section | None, None), ("started_at", int | None, None)],
-        rename={"first": fmt.locations[0]},
-        gc=False,
-    )
-    return msgspec.json.Decoder(list[entry] | entry)  # type: ignore[valid-type]
 
 
 def kong_body(
@@ -136,55 +93,15 @@ def kong_body(
 
 
 def _kong_body_fast(body: bytes, fmt: KongFormat, *, source: str) -> Batch | None:
-    """``kong_body`` for a body msgspec can read: each entry through the narrowest reading
-    that accepts it, the reference path (``add_kong_value``) for the rest. None: use the
-    reference path for the whole body."""
-    if not plain_json(body):
+    """``kong_body`` for a body the compiled reader can read: each entry it accepts, and
+    the reference path (``add_kong_value``) for the rest. None: use the reference path for
+    the whole body."""
+    records = _reader(fmt).kong(body, source)
+    if records is None:
         return None
-    try:
-        snapshot = _snapshot_headers_json(fmt).decode(body)
-    except (msgspec.DecodeError, RecursionError):
-        snapshot = None
-    if snapshot is None:
-        try:
-            snapshot = _KONG_JSON.decode(body)
-        except (msgspec.DecodeError, RecursionError):
-            return None
-    entries = snapshot if isinstance(snapshot, list) else [snapshot]
-    partial: Any = None  # _KONG_JSON's reading of the body, when needed
-    whole: Any = None  # orjson's, when needed
+    whole: Any = None  # orjson's reading of the body, when needed
     batch = Batch()
-    for i, entry in enumerate(entries):
-        if isinstance(entry, dict):
-            record = kong_record_fast(entry, fmt, source=source)
-        elif (
-            entry.first is not None
-            and (h := entry.first.headers) is not None
-            and h.doc_type is not None
-            and h.snapshot_status is not None
-            and h.anchor_count is not None
-            and h.request_id is not None
-            and h.snapshot_log is not None
-        ):
-            record = kong_event_fast(
-                h.request_id.strip(),
-                h.doc_type.strip(),
-                h.snapshot_status.strip(),
-                h.anchor_count.strip(),
-                h.snapshot_log,
-                entry.started_at,
-                source=source,
-            )
-        else:
-            if partial is None:
-                try:
-                    partial = _KONG_JSON.decode(body)
-                except (msgspec.DecodeError, RecursionError):
-                    partial = False
-            record = None
-            if partial is not False:
-                one = partial[i] if isinstance(partial, list) else partial
-                record = kong_record_fast(one, fmt, source=source)
+    for i, record in enumerate(records):
         if record is not None:
             batch.accepted.append(record)
             continue
@@ -192,9 +109,7 @@ def _kong_body_fast(body: bytes, fmt: KongFormat, *, source: str) -> Batch | Non
             try:
                 whole = orjson.loads(body)
             except orjson.JSONDecodeError:
-                # What msgspec skipped unread, orjson refuses (a number beyond the float
-                # range): the reference path answers for the body, as it always did.
-                return None
+                return None  # what orjson refuses, the reference path answers for
         if isinstance(whole, list):
             add_kong_value(batch, whole[i], None, fmt, source=source)
         else:
@@ -223,12 +138,12 @@ def ndjson_body(body: bytes, *, source: str, fast: bool = True) -> Batch:
     for ``kong_body``."""
     batch = Batch()
     parsed_any = False
-    fast = fast and plain_json(body)
+    reader = _reader(DEFAULT_FORMAT) if fast else None
     for line in body.split(b"\n"):
         line = line.rstrip(b"\r")
         if not line.strip():
             continue
-        if fast and (record := snapshot_json(line, source=source)) is not None:
+        if reader is not None and (record := reader.ndjson_line(line, source)) is not None:
             parsed_any = True
             batch.accepted.append(record)
             continue

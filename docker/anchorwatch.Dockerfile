@@ -7,6 +7,10 @@
 # would make the image about 700 MB larger. The Flink image (docker/flink.Dockerfile)
 # carries it for the job. Versions: docker/requirements-services.txt (tools/docker_lock.py).
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+ARG RUST_IMAGE=rust:1.95.0-slim-bookworm
+
+# The Rust toolchain, for the package's compiled part (connectors/native).
+FROM ${RUST_IMAGE} AS rust
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
@@ -15,9 +19,20 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 RUN python -m venv /opt/anchorwatch
 COPY docker/requirements-services.txt docker/
-# Binary wheels only: nothing is compiled, so no compiler is needed here or left anywhere.
+# Binary wheels only: of the dependencies, nothing is compiled.
 RUN /opt/anchorwatch/bin/pip install --no-cache-dir --only-binary=:all: \
         -r docker/requirements-services.txt
+# The package's own extension (the ingest fast path, Rust) is: with the toolchain of the
+# Rust image and Debian's C linker, in this stage only.
+COPY --from=rust /usr/local/cargo /usr/local/cargo
+COPY --from=rust /usr/local/rustup /usr/local/rustup
+ENV CARGO_HOME=/usr/local/cargo \
+    RUSTUP_HOME=/usr/local/rustup \
+    PATH=/usr/local/cargo/bin:$PATH
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 # The package itself; the symlinked subpackages (anchorwatch/jobs -> ../jobs ...) need their
 # targets in the context too.
 COPY pyproject.toml README.md ./

@@ -9,6 +9,10 @@
 # Flink's version must be the one of apache-flink in pyproject.toml (a test checks it).
 ARG FLINK_IMAGE=flink:2.2.1-scala_2.12-java17
 ARG MAVEN_IMAGE=maven:3.9.11-eclipse-temurin-17
+ARG RUST_IMAGE=rust:1.95.0-slim-bookworm
+
+# The Rust toolchain, for the package's compiled part (connectors/native).
+FROM ${RUST_IMAGE} AS rust
 
 # The pinned jars, fetched from Maven Central with the project's own poms
 # (anchorwatch/stack/pom.xml, and jobs/jvm for the jobs' jar: the Kafka connector plus the
@@ -34,9 +38,18 @@ FROM ${FLINK_IMAGE} AS python
 USER 0
 # Ubuntu's Python 3.12 (the lock is checked against 3.12); patch releases float with the
 # distribution's security updates.
+# The package's own extension (the ingest fast path, Rust) is compiled here, with the
+# toolchain of the Rust image and the distribution's C linker; neither reaches the image.
+# hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends "python3=3.12.*" "python3-venv=3.12.*" \
+        gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
+COPY --from=rust /usr/local/cargo /usr/local/cargo
+COPY --from=rust /usr/local/rustup /usr/local/rustup
+ENV CARGO_HOME=/usr/local/cargo \
+    RUSTUP_HOME=/usr/local/rustup \
+    PATH=/usr/local/cargo/bin:$PATH
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1

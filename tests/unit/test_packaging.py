@@ -49,6 +49,10 @@ def test_wheel_puts_only_anchorwatch_in_site_packages(tmp_path: Path) -> None:
         "anchorwatch/contracts/schemas/snapshot-event.v1.schema.json",
     ):
         assert path in names
+    # The ingest fast path, compiled from connectors/native, with its types; not its build.
+    assert any(n.startswith("anchorwatch/connectors/_native.") and n.endswith(".so") for n in names)
+    assert "anchorwatch/connectors/_native.pyi" in names
+    assert not [n for n in names if "/native/" in n]
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert (
         "anchorwatch = anchorwatch.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -1,0 +1,19 @@
+"""Types of the compiled fast path (connectors/native/src/lib.rs)."""
+
+from anchorwatch.connectors.validation import Accepted
+
+def contract() -> str: ...
+
+class SnapshotReader:
+    def __init__(
+        self,
+        doc_type: str,
+        snapshot_status: str,
+        anchor_count: str,
+        snapshot_log: str,
+        request_id: str,
+        locations: list[str],
+        accepted: type[Accepted],
+    ) -> None: ...
+    def kong(self, body: bytes, source: str) -> list[Accepted | None] | None: ...
+    def ndjson_line(self, line: bytes, source: str) -> Accepted | None: ...
