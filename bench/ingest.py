@@ -12,11 +12,13 @@ then:
    for the rest;
 2. ingest: runs `anchorwatch ingest serve` in its own process(es) and posts the same events
    as Kong http-log batches (`--batch` entries per request) from `--concurrency`
-   connections; every 200 means Kafka acknowledged the whole batch.
+   connections, each with one batch in flight as a Kong worker has (a list: each is run);
+   every 200 means Kafka acknowledged the whole batch.
 
 Prints events/s for both, the ratio, p50/p99 request latency, peak RSS of the service, CPU
-per event of the service (librdkafka's threads included) and of this load generator, how
-busy the machine's cores were, and checks that the topic holds exactly one record per event.
+per event of the service (librdkafka's threads included, and their part), of the private
+broker and of this load generator, how busy the machine's cores were, and checks that the
+topic holds exactly one record per event.
 The broker, the service and the load generator share the machine's cores.
 
     .venv/bin/python bench/ingest.py --events 100000 --workers 1 2
@@ -61,9 +63,10 @@ def make_events(count: int) -> list[SnapshotEvent]:
 
 def plain_producer(
     bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], compression: str, linger: float
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, float]:
     """Events/s of a bare producer, from the first produce to the last acknowledgement, its
-    CPU microseconds per event (librdkafka's threads included), and those threads' part."""
+    CPU microseconds per event (librdkafka's threads included), those threads' part, and
+    the private broker's CPU microseconds per event."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -82,7 +85,7 @@ def plain_producer(
             delivered += 1
 
     started, cpu = time.perf_counter(), time.process_time()
-    kafka_cpu = _kafka_threads_cpu_s(os.getpid())
+    kafka_cpu, broker_cpu = _kafka_threads_cpu_s(os.getpid()), _broker_cpu_s()
     for key, value in records:
         while True:
             try:
@@ -94,9 +97,11 @@ def plain_producer(
     producer.flush(60)
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     kafka_cpu = _kafka_threads_cpu_s(os.getpid()) - kafka_cpu
+    broker_cpu = _broker_cpu_s() - broker_cpu
     if delivered != len(records):
         raise SystemExit(f"plain producer: {delivered} of {len(records)} acknowledged")
-    return len(records) / elapsed, cpu / len(records) * 1e6, kafka_cpu / len(records) * 1e6
+    n = len(records)
+    return n / elapsed, cpu / n * 1e6, kafka_cpu / n * 1e6, broker_cpu / n * 1e6
 
 
 def topic_count(bootstrap: str, topic: str) -> int:
@@ -152,15 +157,25 @@ def _machine_busy() -> tuple[float, float]:
     return (sum(fields) - idle) / tick, sum(fields) / tick
 
 
+def _ticks(pid: int) -> int:
+    """CPU clock ticks (user + system, all threads) of one process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])  # utime, stime
+
+
 def _cpu_s(pid: int) -> float:
     """CPU seconds (user + system, all threads) of a process and its descendants."""
-    ticks = 0
-    for p in _tree(pid):
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return sum(_ticks(p) for p in _tree(pid)) / os.sysconf("SC_CLK_TCK")
+
+
+def _broker_cpu_s(service: int | None = None) -> float:
+    """CPU seconds of this process's descendants but the service's: the private broker
+    (0 with --bootstrap)."""
+    own, skip = os.getpid(), set(_tree(service)) if service else set()
+    ticks = sum(_ticks(p) for p in _tree(own) if p != own and p not in skip)
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
@@ -272,10 +287,11 @@ def run_ingest(
         warm = topic_count(base.kafka.bootstrap_servers, topics.snapshots)
         assert server.pid is not None
         cpu, client_cpu, machine = _cpu_s(server.pid), time.process_time(), _machine_busy()
-        kafka_cpu = _kafka_threads_cpu_s(server.pid)
+        kafka_cpu, broker_cpu = _kafka_threads_cpu_s(server.pid), _broker_cpu_s(server.pid)
         elapsed, latencies = asyncio.run(post_all(port, requests, concurrency))
         cpu = _cpu_s(server.pid) - cpu
         kafka_cpu = _kafka_threads_cpu_s(server.pid) - kafka_cpu
+        broker_cpu = _broker_cpu_s(server.pid) - broker_cpu
         client_cpu = time.process_time() - client_cpu
         busy, total = (b - a for a, b in zip(machine, _machine_busy(), strict=True))
         rss_kib = _rss_peak_kib(server.pid)
@@ -296,6 +312,7 @@ def run_ingest(
         "cpu_us": cpu / events * 1e6,
         "kafka_cpu_us": kafka_cpu / events * 1e6,
         "client_cpu_us": client_cpu / events * 1e6,
+        "broker_cpu_us": broker_cpu / events * 1e6,
         "machine_busy": busy / total,
     }
 
@@ -307,7 +324,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=100, help="Kong entries per request")
-    parser.add_argument("--concurrency", type=int, default=8, help="client connections")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="+",
+        default=[8, 32],
+        help="client connections, each with one Kong batch in flight (as a Kong worker has)",
+    )
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     defaults = IngestOptions()
@@ -348,7 +371,7 @@ def main() -> None:
         try:
             topic, compression, linger = plain_topics.snapshots, args.compression, args.linger_ms
             plain_producer(bootstrap, topic, records[: len(records) // 20], compression, linger)
-            plain, plain_cpu, plain_kafka_cpu = plain_producer(
+            plain, plain_cpu, plain_kafka_cpu, plain_broker_cpu = plain_producer(
                 bootstrap, topic, records, compression, linger
             )
         finally:
@@ -356,21 +379,23 @@ def main() -> None:
         print(
             f"plain confluent-kafka producer: {plain:>10,.0f} events/s, "
             f"{plain_cpu:.1f} us CPU per event ({plain_kafka_cpu:.1f} in librdkafka's threads; "
-            f"compression {compression}, linger.ms {linger:g})"
+            f"broker {plain_broker_cpu:.1f} us; compression {compression}, linger.ms {linger:g})"
         )
         for workers in args.workers:
-            r = run_ingest(
-                base, requests, len(events), workers, args.concurrency, compression, linger
-            )
-            print(
-                f"ingest over HTTP, {workers} worker(s): {r['events_per_s']:>10,.0f} events/s "
-                f"({r['events_per_s'] / plain:.0%} of plain), request p50 {r['p50_ms']:.1f} ms, "
-                f"p99 {r['p99_ms']:.1f} ms, peak RSS {r['rss_mib']:.0f} MiB, "
-                f"{r['cpu_us']:.1f} us CPU per event ({r['kafka_cpu_us']:.1f} in librdkafka's "
-                f"threads; load generator "
-                f"{r['client_cpu_us']:.1f} us; cores busy {r['machine_busy']:.0%}); "
-                f"topic holds exactly {len(events)} records"
-            )
+            for concurrency in args.concurrency:
+                r = run_ingest(
+                    base, requests, len(events), workers, concurrency, compression, linger
+                )
+                print(
+                    f"ingest over HTTP, {workers} worker(s), {concurrency} connections: "
+                    f"{r['events_per_s']:>8,.0f} events/s ({r['events_per_s'] / plain:.0%} of "
+                    f"plain), request p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
+                    f"peak RSS {r['rss_mib']:.0f} MiB, {r['cpu_us']:.1f} us CPU per event "
+                    f"({r['kafka_cpu_us']:.1f} in librdkafka's threads; broker "
+                    f"{r['broker_cpu_us']:.1f} us; load generator {r['client_cpu_us']:.1f} us; "
+                    f"cores busy {r['machine_busy']:.0%}); topic holds exactly {len(events)} "
+                    "records"
+                )
         print(
             "load average (1, 5, 15 min) at the end: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
         )

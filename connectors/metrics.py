@@ -10,6 +10,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_ROUND_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000)
 
 
 class IngestMetrics:
@@ -36,9 +37,16 @@ class IngestMetrics:
         )
         self.produce = Histogram(
             "anchorwatch_ingest_produce_seconds",
-            "From a request's first record handed to the producer to Kafka acknowledging its "
-            "last one.",
+            "From a request's records reaching the producer (waiting for the round in flight "
+            "included) to Kafka acknowledging its last one.",
             buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.round_records = Histogram(
+            "anchorwatch_ingest_produce_round_records",
+            "Records handed to Kafka together in one round: every request that arrived while "
+            "the round before was in flight.",
+            buckets=_ROUND_BUCKETS,
             registry=registry,
         )
         self.bytes_in = Counter(

@@ -316,3 +316,30 @@ def test_replay_kong_and_ndjson_files(
     assert sorted(dl.source for dl in letters) == sorted(
         ["replay:kong.log"] * len(bad) + ["replay:stdin"] * len(bad)
     )
+
+
+def test_requests_arriving_during_a_round_go_to_kafka_together_in_the_next(
+    job_settings: JobSettings,
+) -> None:
+    bodies = [orjson.dumps([to_kong_entry(e) for e in _events()[i : i + 5]]) for i in (0, 5, 10)]
+    # linger keeps the first round in flight (about a second) while the others arrive.
+    settings = _settings(job_settings, linger_ms=1000)
+
+    async def scenario() -> tuple[list[int], IngestService]:
+        async with serving(settings) as (service, url), aiohttp.ClientSession() as http:
+
+            async def post(body: bytes, delay: float) -> int:
+                await asyncio.sleep(delay)
+                async with http.post(f"{url}/v1/kong", data=body) as r:
+                    return r.status
+
+            statuses = await asyncio.gather(*(post(b, 0.2 * i) for i, b in enumerate(bodies)))
+            return list(statuses), service
+
+    statuses, service = asyncio.run(scenario())
+    assert statuses == [200, 200, 200]
+    rounds = "anchorwatch_ingest_produce_round_records"
+    assert service.registry.get_sample_value(f"{rounds}_count") == 2
+    assert service.registry.get_sample_value(f"{rounds}_sum") == 15
+    written = _records(job_settings, job_settings.topics.snapshots)
+    assert sorted(m.value or b"" for m in written) == sorted(_as_written(e) for e in _events()[:15])

@@ -819,22 +819,17 @@ impl SnapshotReader {
         body: &[u8],
         source: &str,
     ) -> PyResult<Option<Bound<'py, PyList>>> {
-        // The reference refuses invalid UTF-8 anywhere, including in what this skips.
-        let Ok(text) = std::str::from_utf8(body) else {
+        // Reading, checking and encoding touch no Python object: other threads run meanwhile.
+        let Some(events) = py.detach(|| self.kong_events(body, source)) else {
             return Ok(None);
         };
-        let mut deserializer = serde_json::Deserializer::from_str(text);
-        let Ok(entries) = deserializer.deserialize_any(BodySeed(&self.config)) else {
-            return Ok(None);
-        };
-        if deserializer.end().is_err() {
-            return Ok(None);
-        }
         let accepted = self.accepted.bind(py);
-        let mut out = Vec::with_capacity(entries.len());
-        for entry in &entries {
-            out.push(match kong_event(entry, source, self.compensated_sum) {
-                Some(value) => Some(self.record(accepted, entry, &value, py)?),
+        let mut out = Vec::with_capacity(events.len());
+        for event in events {
+            out.push(match event {
+                Some((event_id, doc_type, value)) => {
+                    Some(accepted.call1((event_id, doc_type, PyBytes::new(py, &value)))?)
+                }
                 None => None,
             });
         }
@@ -876,20 +871,25 @@ impl SnapshotReader {
     }
 }
 
+/// An accepted event: its id, its doc type (the key) and the encoded record.
+type EventRecord = (String, String, Vec<u8>);
+
 impl SnapshotReader {
-    fn record<'py>(
-        &self,
-        accepted: &Bound<'py, PyAny>,
-        entry: &Entry,
-        value: &[u8],
-        py: Python<'py>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        // Checked by kong_event already: both are there and stripped.
-        let event_id = scalar(find(entry, REQUEST_ID))
-            .flatten()
-            .unwrap_or_default();
-        let doc_type = scalar(find(entry, DOC_TYPE)).flatten().unwrap_or_default();
-        accepted.call1((event_id, doc_type, PyBytes::new(py, value)))
+    /// Per entry of a Kong body, its event or None; None for a body not read here.
+    fn kong_events(&self, body: &[u8], source: &str) -> Option<Vec<Option<EventRecord>>> {
+        // The reference refuses invalid UTF-8 anywhere, including in what this skips.
+        let text = std::str::from_utf8(body).ok()?;
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let entries = deserializer.deserialize_any(BodySeed(&self.config)).ok()?;
+        deserializer.end().ok()?;
+        let events = entries.iter().map(|entry| {
+            let value = kong_event(entry, source, self.compensated_sum)?;
+            // kong_event found both, stripped.
+            let event_id = scalar(find(entry, REQUEST_ID)).flatten()?;
+            let doc_type = scalar(find(entry, DOC_TYPE)).flatten()?;
+            Some((event_id.to_owned(), doc_type.to_owned(), value))
+        });
+        Some(events.collect())
     }
 }
 
