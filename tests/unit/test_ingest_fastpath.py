@@ -407,3 +407,15 @@ def test_a_number_beyond_the_float_range_in_an_ignored_key_is_not_json_either_wa
     for fast in (True, False):
         with pytest.raises(ValueError, match="not NDJSON"):
             ndjson_body(line, source="x", fast=fast)
+
+
+def test_the_fast_path_escapes_strings_as_orjson_does() -> None:
+    """recommendation and source may hold any character; the fast path writes them."""
+    event = next(e for e in _events() if e.anchors)
+    every = "".join(map(chr, range(0x20))) + '\x7f"\\/é\u2028😀'
+    anchors = [event.anchors[0].model_copy(update={"recommendation": every[:64]})]
+    for text in (every, every[::-1], "plain"):
+        odd = event.model_copy(update={"anchors": anchors, "anchor_count": 1, "source": text[:200]})
+        accepted = _reader_of(DEFAULT_FORMAT).ndjson_line(encode(odd), "x")
+        assert accepted is not None
+        assert accepted.value == encode(odd)

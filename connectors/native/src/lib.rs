@@ -19,7 +19,8 @@ use std::fmt;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+use serde_json::ser::{CompactFormatter, Formatter};
 
 // anchorwatch.contracts.models: EpochMillis, Identifier, DocType, SnapshotEvent, AnchorSnapshot.
 const EPOCH_MS_GE: i64 = 946_684_800_000;
@@ -79,7 +80,6 @@ fn contract() -> String {
 
 // ------------------------------------------------------------------------------ the contract
 
-#[derive(Serialize)]
 struct Anchor<'a> {
     anchor_id: Cow<'a, str>,
     position: i64,
@@ -228,24 +228,6 @@ impl Anchor<'_> {
     }
 }
 
-/// What `contracts.encode(SnapshotEvent(...))` writes: the fields in model order, `source`
-/// left out when None, then the computed fields.
-#[derive(Serialize)]
-struct Encoded<'e, 'a> {
-    event_id: &'e str,
-    event_time_ms: i64,
-    doc_type: &'e str,
-    snapshot_status: &'e str,
-    anchor_count: i64,
-    anchors: &'e [Anchor<'a>],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    source: Option<&'e str>,
-    mean_drift: f64,
-    max_drift: f64,
-    max_kl_divergence: f64,
-    resample_count: usize,
-}
-
 /// The event's field values, before the event-level checks.
 struct Event<'e, 'a> {
     event_id: &'e str,
@@ -286,26 +268,107 @@ impl Event<'_, '_> {
                 python_max(self.anchors.iter().map(|a| a.kl_divergence)),
             )
         };
-        let out = Encoded {
-            event_id: self.event_id,
-            event_time_ms: self.event_time_ms,
-            doc_type: self.doc_type,
-            snapshot_status: self.snapshot_status,
-            anchor_count: self.anchor_count,
-            anchors: self.anchors,
-            source: self.source,
-            mean_drift,
-            max_drift,
-            max_kl_divergence,
-            resample_count: self
-                .anchors
-                .iter()
-                .filter(|a| a.recommendation == RESAMPLE)
-                .count(),
-        };
-        let mut buffer = Vec::with_capacity(256 + 160 * self.anchors.len());
-        serde_json::to_writer(&mut buffer, &out).ok()?;
-        Some(buffer)
+        // What contracts.encode(SnapshotEvent(...)) writes: the fields in model order,
+        // `source` left out when None, then the computed fields.
+        let mut out = Json(Vec::with_capacity(256 + 192 * self.anchors.len()));
+        out.raw(b"{\"event_id\":");
+        out.string(self.event_id);
+        out.raw(b",\"event_time_ms\":");
+        out.int(self.event_time_ms);
+        out.raw(b",\"doc_type\":");
+        out.string(self.doc_type);
+        out.raw(b",\"snapshot_status\":");
+        out.string(self.snapshot_status);
+        out.raw(b",\"anchor_count\":");
+        out.int(self.anchor_count);
+        out.raw(b",\"anchors\":[");
+        for (i, anchor) in self.anchors.iter().enumerate() {
+            if i > 0 {
+                out.raw(b",");
+            }
+            out.raw(b"{\"anchor_id\":");
+            out.string(&anchor.anchor_id);
+            out.raw(b",\"position\":");
+            out.int(anchor.position);
+            out.raw(b",\"l2_norm\":");
+            out.float(anchor.l2_norm);
+            out.raw(b",\"cosine_angle\":");
+            out.float(anchor.cosine_angle);
+            out.raw(b",\"kl_divergence\":");
+            out.float(anchor.kl_divergence);
+            out.raw(b",\"drift_score\":");
+            out.float(anchor.drift_score);
+            out.raw(b",\"recommendation\":");
+            out.string(&anchor.recommendation);
+            out.raw(b"}");
+        }
+        out.raw(b"]");
+        if let Some(source) = self.source {
+            out.raw(b",\"source\":");
+            out.string(source);
+        }
+        out.raw(b",\"mean_drift\":");
+        out.float(mean_drift);
+        out.raw(b",\"max_drift\":");
+        out.float(max_drift);
+        out.raw(b",\"max_kl_divergence\":");
+        out.float(max_kl_divergence);
+        out.raw(b",\"resample_count\":");
+        let resamples = self.anchors.iter().filter(|a| a.recommendation == RESAMPLE);
+        out.int(resamples.count() as i64);
+        out.raw(b"}");
+        Some(out.0)
+    }
+}
+
+/// Compact JSON as orjson writes it: numbers in serde_json's shortest form (equal to
+/// orjson's below 1e16, see FLOAT_BELOW), strings escaped as both escape them.
+struct Json(Vec<u8>);
+
+impl Json {
+    fn raw(&mut self, text: &[u8]) {
+        self.0.extend_from_slice(text);
+    }
+
+    fn int(&mut self, value: i64) {
+        // Writing to a Vec cannot fail.
+        let _ = CompactFormatter.write_i64(&mut self.0, value);
+    }
+
+    fn float(&mut self, value: f64) {
+        let _ = CompactFormatter.write_f64(&mut self.0, value);
+    }
+
+    /// `"`, `\` and the control characters escaped (\b \f \n \r \t, else \u00xx); the
+    /// rest, DEL and non-ASCII included, as is.
+    fn string(&mut self, text: &str) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let (out, bytes) = (&mut self.0, text.as_bytes());
+        out.push(b'"');
+        let mut start = 0;
+        for (i, &byte) in bytes.iter().enumerate() {
+            let short: &[u8] = match byte {
+                b'"' => b"\\\"",
+                b'\\' => b"\\\\",
+                0x08 => b"\\b",
+                0x0c => b"\\f",
+                b'\n' => b"\\n",
+                b'\r' => b"\\r",
+                b'\t' => b"\\t",
+                0x00..=0x1f => b"",
+                _ => continue,
+            };
+            out.extend_from_slice(&bytes[start..i]);
+            if short.is_empty() {
+                out.extend_from_slice(b"\\u00");
+                out.extend_from_slice(&[HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]]);
+            } else {
+                out.extend_from_slice(short);
+            }
+            start = i + 1;
+        }
+        out.extend_from_slice(&bytes[start..]);
+        out.push(b'"');
     }
 }
 
