@@ -15,12 +15,12 @@ Records go to librdkafka in rounds: the records of every request that arrives wh
 is in flight wait here, and go together once its last report is in. The idempotent producer
 keeps one request in flight per partition, and records queued behind it past ``linger.ms``
 make librdkafka's broker thread poll without sleeping until the answer comes: on a busy
-host that takes the CPU the broker needs to answer. Measured with a local broker on two
-cores (bench/ingest.py, 32 concurrent Kong batches): without rounds, 18-37k events/s with
-librdkafka's threads at 9-64 us of CPU per event, and deliveries timing out at times; with
-rounds, 46k events/s at 4 us, none timing out. The cost is at low concurrency, where a
-request may wait for the round before it (8 concurrent batches: 27-31k events/s instead of
-33-47k).
+host that takes the CPU the broker needs to answer. Measured in separate runs with a local
+broker on two cores (bench/ingest.py, 32 concurrent Kong batches): without rounds, 18-37k
+events/s with librdkafka's threads at 9-64 us of CPU per event, and deliveries timing out
+at times; with rounds, 43-62k events/s at 4 us, none timing out. The cost is at low
+concurrency, where a request may wait for the round before it (8 concurrent batches:
+27-39k events/s, against 33-47k).
 """
 
 from __future__ import annotations
