@@ -33,7 +33,7 @@ const ANCHOR_COUNT_LE: i64 = 100_000;
 const ANCHORS_MAX: usize = 10_000;
 const SNAPSHOT_STATUSES: [&str; 2] = ["active", "disabled"];
 const RESAMPLE: &str = "re-sample";
-// serde_json (ryu) writes floats from 1e16 up as `1e16`, where orjson writes `1e+16`; below,
+// serde_json writes floats from 1e16 up as `1e16`, where orjson writes `1e+16`; below,
 // both write the same shortest text. Larger values take the reference path.
 const FLOAT_BELOW: f64 = 1e16;
 
