@@ -289,8 +289,8 @@ class AckingProducer:
         started = time.perf_counter()
         entry = (acks, events, letters)
         self._waiting.append(entry)
-        self._start_round()
         try:
+            self._start_round()
             # Every produced record gets a report within message.timeout.ms, and a round
             # starts once the one before it is reported; the margin only guards against a
             # polling task that died.
@@ -300,11 +300,12 @@ class AckingProducer:
                 unwritten = acks.failed_values | {m["value"] for m in events if "_error" in m}
                 self._remember_written(accepted, unwritten)
         except TimeoutError:
-            if entry in self._waiting:
-                self._waiting.remove(entry)  # never produced: nothing of it is written
             acks.errors.append("no delivery report in time")
             failed = count - (acks.acked - acks.failed)
         finally:
+            if entry in self._waiting:
+                # Timed out or cancelled before its round: never produced, nothing written.
+                self._waiting.remove(entry)
             self._inflight(-count, -size)
         self._metrics.produce.observe(time.perf_counter() - started)
         if failed:
@@ -316,15 +317,17 @@ class AckingProducer:
 
     def _round_done(self) -> None:
         # Called from a delivery report: produce from the event loop, not inside poll().
+        # Closing, the last reports come from flush(), maybe with no loop running: what still
+        # waits then belongs to requests that were cancelled.
         self._rounds -= 1
-        if self._waiting:
+        if self._waiting and not self._closing:
             asyncio.get_running_loop().call_soon(self._start_round)
 
     def _start_round(self) -> None:
         """Produce the records of every waiting request: one produce_batch per request and
         topic (librdkafka queues a list in one call, where a produce() per record cost a few
         microseconds each, measured)."""
-        if self._rounds >= _ROUNDS or not self._waiting:
+        if self._rounds >= _ROUNDS or not self._waiting or self._closing:
             return
         waiting, self._waiting = self._waiting, []
         round_ = _Round(self._round_done)

@@ -110,7 +110,8 @@ class IngestOptions(Section):
         gt=0,
         le=300,
         description="How long a record may wait for Kafka's acknowledgement (the producer's "
-        "message.timeout.ms); keep it below the sender's timeout (Kong: config.timeout).",
+        "message.timeout.ms). A request may first wait for the round before its own: keep "
+        "twice this below the sender's timeout (Kong: config.timeout).",
     )
     retry_after_s: int = Field(5, ge=1, le=3600, description="Retry-After sent with every 503.")
     linger_ms: float = Field(

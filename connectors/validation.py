@@ -14,8 +14,11 @@ It must never accept what the model refuses, and the bytes it writes must equal
 against generated, malformed and hypothesis-made records and JSON texts.
 
 The contract's bounds live in the model and, as constants, in the Rust code. At import the
-two are compared (``check_native_contract``): a model changed without the Rust code stops
-the service from starting, naming the field.
+two are compared (``check_native_contract``): a change to a field's type, bounds, default,
+alias or exclusion, to the model's configuration, or a validator or serializer added, made
+without the Rust code, stops the service from starting, naming what changed. What the
+comparison cannot see, the bodies of the cross-field check and of the computed fields that
+the Rust code mirrors, only the fast-path tests hold.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import orjson
 from pydantic import BaseModel
 
 from anchorwatch.connectors import _native
-from anchorwatch.contracts import AnchorSnapshot, SnapshotEvent, encode, validate
+from anchorwatch.contracts import RESAMPLE, AnchorSnapshot, SnapshotEvent, encode, validate
 
 
 class Accepted(NamedTuple):
@@ -56,10 +59,12 @@ _BOUNDS: Final = {
 }  # fmt: skip
 
 
-def describe_field(annotation: Any, required: bool) -> dict[str, Any]:
+def describe_field(annotation: Any, required: bool, default: Any = None) -> dict[str, Any]:
     """One field of the contract as ``_native.contract()`` describes it: its type, bounds,
-    whether it must be printable, optional (None allowed) and required."""
+    whether it must be printable, optional (None allowed), required, else its default."""
     out: dict[str, Any] = {"required": required}
+    if not required:
+        out["default"] = default
     metadata: list[Any] = []
     if typing.get_origin(annotation) is Annotated:
         annotation, metadata = typing.get_args(annotation)[0], list(annotation.__metadata__)
@@ -90,16 +95,30 @@ def describe_field(annotation: Any, required: bool) -> dict[str, Any]:
     return out
 
 
+# What the compiled path assumes of a model's configuration (frozen changes nothing it does).
+_CONFIG: Final = {"strict": True, "extra": "ignore"}
+
+
 def describe(model: type[BaseModel]) -> dict[str, dict[str, Any]]:
-    if model.model_config.get("strict") is not True or model.model_config.get("extra") not in (
-        None,
-        "ignore",
-    ):
-        raise ContractChanged(f"{model.__name__}: only strict models that ignore extra keys")
-    return {
-        name: describe_field(info.rebuild_annotation(), info.is_required())
-        for name, info in model.model_fields.items()
-    }
+    config = dict(model.model_config)
+    config.pop("frozen", None)
+    if config != _CONFIG:
+        raise ContractChanged(f"{model.__name__}: model_config {config}: teach connectors/native")
+    decorators = model.__pydantic_decorators__
+    for kind in ("validators", "field_validators", "root_validators", "field_serializers"):
+        if getattr(decorators, kind):
+            raise ContractChanged(f"{model.__name__}: {kind}: teach connectors/native")
+    if decorators.model_serializers:
+        raise ContractChanged(f"{model.__name__}: a model serializer: teach connectors/native")
+    out = {}
+    for name, info in model.model_fields.items():
+        if info.alias or info.validation_alias or info.serialization_alias or info.exclude:
+            raise ContractChanged(
+                f"{model.__name__}.{name}: alias or exclude: teach connectors/native"
+            )
+        default = None if info.is_required() else info.get_default(call_default_factory=True)
+        out[name] = describe_field(info.rebuild_annotation(), info.is_required(), default)
+    return out
 
 
 def check_native_contract() -> None:
@@ -116,6 +135,10 @@ def check_native_contract() -> None:
             "connectors/native/src/lib.rs"
         )
     native = orjson.loads(_native.contract())
+    if native["RESAMPLE"] != RESAMPLE:
+        raise ContractChanged(
+            f"RESAMPLE is {RESAMPLE!r}; connectors/native counts {native['RESAMPLE']!r}"
+        )
     for model in (AnchorSnapshot, SnapshotEvent):
         fields = describe(model)
         if list(fields) != list(native[model.__name__]):

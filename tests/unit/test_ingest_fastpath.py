@@ -419,3 +419,40 @@ def test_the_fast_path_escapes_strings_as_orjson_does() -> None:
         accepted = _reader_of(DEFAULT_FORMAT).ndjson_line(encode(odd), "x")
         assert accepted is not None
         assert accepted.value == encode(odd)
+
+
+def test_model_changes_the_compiled_path_cannot_see_stop_the_import() -> None:
+    """Validators, serializers, aliases and configuration change what the model accepts or
+    writes, where a field-by-field comparison of bounds would see nothing."""
+    from pydantic import ConfigDict, Field, field_serializer, field_validator
+
+    class Stripping(SnapshotEvent):
+        model_config = ConfigDict(str_strip_whitespace=True)
+
+    class Validating(SnapshotEvent):
+        @field_validator("doc_type")
+        @classmethod
+        def _lower(cls, value: str) -> str:
+            return value.lower()
+
+    class Serializing(SnapshotEvent):
+        @field_serializer("doc_type")
+        def _upper(self, value: str) -> str:
+            return value.upper()
+
+    class Aliased(SnapshotEvent):
+        source: str | None = Field(default=None, max_length=200, alias="origin")
+
+    class Defaulted(SnapshotEvent):
+        source: str | None = Field(default="gateway", max_length=200)
+
+    for model, what in [
+        (Stripping, "model_config"),
+        (Validating, "field_validators"),
+        (Serializing, "field_serializers"),
+        (Aliased, "alias"),
+    ]:
+        with pytest.raises(validation.ContractChanged, match=what):
+            validation.describe(model)
+    assert validation.describe(Defaulted)["source"]["default"] == "gateway"
+    assert validation.describe(SnapshotEvent)["source"]["default"] is None

@@ -37,7 +37,8 @@ const RESAMPLE: &str = "re-sample";
 // both write the same shortest text. Larger values take the reference path.
 const FLOAT_BELOW: f64 = 1e16;
 
-/// The bounds above, in the shape `validation.describe` gives the pydantic model.
+/// The bounds above, in the shape `validation.describe` gives the pydantic model, and the
+/// recommendation counted as a re-sample.
 #[pyfunction]
 fn contract() -> String {
     let text = |min: usize, max: usize, printable: bool| {
@@ -69,11 +70,12 @@ fn contract() -> String {
             "doc_type": text(1, DOC_TYPE_MAX_CHARS, true),
             "snapshot_status": {"required": true, "type": "literal", "values": SNAPSHOT_STATUSES},
             "anchor_count": bounded("int", serde_json::json!({"ge": 0, "le": ANCHOR_COUNT_LE})),
-            "anchors": {"required": false, "type": "list", "items": "AnchorSnapshot",
-                        "max_length": ANCHORS_MAX},
-            "source": {"required": false, "optional": true, "type": "str",
+            "anchors": {"required": false, "default": [], "type": "list",
+                        "items": "AnchorSnapshot", "max_length": ANCHORS_MAX},
+            "source": {"required": false, "default": null, "optional": true, "type": "str",
                        "max_length": SOURCE_MAX_CHARS, "printable": false},
         },
+        "RESAMPLE": RESAMPLE,
     })
     .to_string()
 }
