@@ -545,7 +545,7 @@ def demo(ctx: click.Context, /, keep: bool, **opts: Any) -> None:
         )
         t = time.monotonic()
         artifacts = flow.fetch_artifacts(settings)
-        flow.run_drift_job(settings, artifacts.flink_jobs_jar())
+        flow.run_drift_job(settings, artifacts.flink_jobs_jar(), accepted)
         click.echo(f"[3/4] Flink drift job finished in {time.monotonic() - t:.1f}s")
         verdicts = flow.read_verdicts(settings)
         expected = flow.reference_windows(accepted, settings.job.window_size_s * 1000)

@@ -68,6 +68,16 @@ WINDOW_FIELDS = (
 )  # fmt: skip
 
 
+def seconds(value: float) -> str:
+    """A SQL interval of ``value`` seconds, to the millisecond. Spelled DAY TO SECOND: a
+    plain ``SECOND`` interval holds at most two digits, so 100 s or more would not parse."""
+    ms = round(value * 1000)
+    days, ms = divmod(ms, 86_400_000)
+    hours, ms = divmod(ms, 3_600_000)
+    minutes, ms = divmod(ms, 60_000)
+    return f"INTERVAL '{days} {hours:02d}:{minutes:02d}:{ms / 1000:06.3f}' DAY TO SECOND(3)"
+
+
 def create_environment(
     settings: JobSettings, connector_jar: Path | None
 ) -> tuple[StreamExecutionEnvironment, StreamTableEnvironment]:
@@ -132,7 +142,7 @@ def declare_tables(t_env: StreamTableEnvironment, settings: JobSettings, *, boun
             .column_by_expression("event_time", "TO_TIMESTAMP_LTZ(event_time_ms, 3)")
             .column_by_expression("proc_time", "PROCTIME()")
             # A validated number, not user text, goes into this expression.
-            .watermark("event_time", f"event_time - INTERVAL '{delay_s:.3f}' SECOND")
+            .watermark("event_time", f"event_time - {seconds(delay_s)}")
             .build()
         )
         .option("topic", topics.snapshots)
@@ -275,7 +285,7 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
           AVG(COALESCE(max_kl_divergence, 0.0)) AS mean_kl_divergence,
           CAST(NULL AS STRING) AS letter
         FROM TABLE(
-          TUMBLE(TABLE on_time, DESCRIPTOR(event_time), INTERVAL '{o.window_size_s}' SECOND))
+          TUMBLE(TABLE on_time, DESCRIPTOR(event_time), {seconds(o.window_size_s)}))
         GROUP BY doc_type, window_start, window_end
         """  # noqa: S608
     )
@@ -293,7 +303,7 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
           TUMBLE(
             (SELECT * FROM {SNAPSHOTS}
              WHERE {valid} AND event_time <= CURRENT_WATERMARK(event_time)),
-            DESCRIPTOR(proc_time), INTERVAL '{o.late_report_s}' SECOND))
+            DESCRIPTOR(proc_time), {seconds(o.late_report_s)}))
         GROUP BY doc_type, window_start, window_end
         """  # noqa: S608
     )

@@ -62,7 +62,7 @@ def test_windows_match_an_independent_computation_exactly(
         partitions.setdefault(m.key, set()).add(m.partition)
     assert all(len(p) == 1 for p in partitions.values())
 
-    flow.run_drift_job(job_settings, flow.fetch_artifacts(job_settings).flink_jobs_jar())
+    flow.run_drift_job(job_settings, flow.fetch_artifacts(job_settings).flink_jobs_jar(), accepted)
     windows = [v.window for v in flow.read_verdicts(job_settings)]
     expected = flow.reference_windows(accepted, 60_000)
     result = flow.compare(expected, windows)
