@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,6 +185,17 @@ def run_drift_job(
 
 def create_topics(settings: JobSettings) -> None:
     ensure_topics(AdminClient(client_config(settings.kafka)), settings.topics)
+
+
+@contextmanager
+def private_topics(base: JobSettings) -> Iterator[JobSettings]:
+    """``base`` with topics of a run of its own, created on entry and deleted on exit."""
+    settings = base.model_copy(update={"topics": run_scoped_topics(base.topics, new_run_id())})
+    create_topics(settings)
+    try:
+        yield settings
+    finally:
+        delete_topics(settings)
 
 
 def delete_topics(settings: JobSettings) -> None:

@@ -40,7 +40,7 @@ from anchorwatch.contracts import Verdict, WindowAggregate, encode
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config
 from anchorwatch.policy.window import judge_window, verdict_for
-from anchorwatch.slice import create_topics, delete_topics, new_run_id, run_scoped_topics
+from anchorwatch.slice import private_topics
 from anchorwatch.stack.processes import free_port
 from anchorwatch.stack.stack import private_kafka
 
@@ -235,18 +235,10 @@ def main() -> None:
         base = JobSettings.load(kafka={"bootstrap_servers": bootstrap})
         for sync in ("FULL", "NORMAL"):
             # Each measurement on topics of its own: nothing earlier to skip.
-            job = base.model_copy(update={"topics": run_scoped_topics(base.topics, new_run_id())})
-            create_topics(job)
-            try:
+            with private_topics(base) as job:
                 latency(job, root, sync, args.incidents, args.spacing)
-            finally:
-                delete_topics(job)
-            job = base.model_copy(update={"topics": run_scoped_topics(base.topics, new_run_id())})
-            create_topics(job)
-            try:
+            with private_topics(base) as job:
                 throughput(job, root, sync, args.types, args.windows)
-            finally:
-                delete_topics(job)
 
 
 if __name__ == "__main__":

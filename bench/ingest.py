@@ -50,7 +50,7 @@ from anchorwatch.connectors.settings import IngestOptions, IngestSettings
 from anchorwatch.contracts import SnapshotEvent, encode
 from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
 from anchorwatch.jobs.settings import JobSettings
-from anchorwatch.slice import create_topics, delete_topics, new_run_id, run_scoped_topics
+from anchorwatch.slice import private_topics
 from anchorwatch.stack.processes import free_port
 from anchorwatch.stack.stack import private_kafka
 
@@ -260,7 +260,7 @@ async def post_all(port: int, requests: list[bytes], concurrency: int) -> tuple[
 
 
 def run_ingest(
-    base: JobSettings,
+    job: JobSettings,
     requests: list[bytes],
     events: int,
     workers: int,
@@ -268,12 +268,10 @@ def run_ingest(
     compression: str,
     linger: float,
 ) -> dict[str, float]:
-    topics = run_scoped_topics(base.topics, new_run_id())
-    job = base.model_copy(update={"topics": topics})
-    create_topics(job)
+    topics = job.topics
     port = free_port()
     settings = IngestSettings.load(
-        kafka=base.kafka.model_dump(),
+        kafka=job.kafka.model_dump(),
         topics=topics.model_dump(),
         ingest={
             "port": port,
@@ -288,7 +286,7 @@ def run_ingest(
         asyncio.run(_wait_ready(f"http://127.0.0.1:{port}/readyz"))
         warm_up = requests[: max(1, len(requests) // 20)]
         asyncio.run(post_all(port, warm_up, concurrency))
-        warm = topic_count(base.kafka.bootstrap_servers, topics.snapshots)
+        warm = topic_count(job.kafka.bootstrap_servers, topics.snapshots)
         assert server.pid is not None
         cpu, client_cpu, machine = _cpu_s(server.pid), time.process_time(), _machine_busy()
         kafka_cpu, broker_cpu = _kafka_threads_cpu_s(server.pid), _broker_cpu_s(server.pid)
@@ -299,12 +297,11 @@ def run_ingest(
         client_cpu = time.process_time() - client_cpu
         busy, total = (b - a for a, b in zip(machine, _machine_busy(), strict=True))
         rss_kib = _rss_peak_kib(server.pid)
-        in_topic = topic_count(base.kafka.bootstrap_servers, topics.snapshots) - warm
+        in_topic = topic_count(job.kafka.bootstrap_servers, topics.snapshots) - warm
     finally:
         if server.pid is not None:
             os.kill(server.pid, signal.SIGTERM)
         server.join(60)
-        delete_topics(job)
     if in_topic != events:
         raise SystemExit(f"ingest: {in_topic} records in the topic for {events} events")
     latencies.sort()
@@ -391,9 +388,10 @@ def main() -> None:
             plain = run_plain(base, records, compression, linger)
             plains.append(plain)
             for workers, concurrency in setups:
-                r = run_ingest(
-                    base, requests, len(events), workers, concurrency, compression, linger
-                )
+                with private_topics(base) as job:
+                    r = run_ingest(
+                        job, requests, len(events), workers, concurrency, compression, linger
+                    )
                 ingests[workers, concurrency].append(r["events_per_s"])
                 print(
                     f"  ingest over HTTP, {workers} worker(s), {concurrency} connections: "
@@ -430,30 +428,22 @@ def warm_up_broker(
     same ingest run went 44k, 51k, 57k events/s in a row. Warm it before measuring anything."""
     if count <= 0:
         return
-    topics = run_scoped_topics(base.topics, new_run_id())
-    job = base.model_copy(update={"topics": topics})
-    create_topics(job)
     t = time.perf_counter()
-    try:
-        cycled = (records * (count // len(records) + 1))[:count]
-        plain_producer(base.kafka.bootstrap_servers, topics.snapshots, cycled, compression, linger)
-    finally:
-        delete_topics(job)
+    cycled = (records * (count // len(records) + 1))[:count]
+    with private_topics(base) as job:
+        plain_producer(
+            base.kafka.bootstrap_servers, job.topics.snapshots, cycled, compression, linger
+        )
     print(f"broker warmed up with {count:,} records in {time.perf_counter() - t:.1f}s")
 
 
 def run_plain(
     base: JobSettings, records: list[tuple[bytes, bytes]], compression: str, linger: float
 ) -> float:
-    topics = run_scoped_topics(base.topics, new_run_id())
-    job = base.model_copy(update={"topics": topics})
-    create_topics(job)
-    try:
+    with private_topics(base) as job:
         plain, cpu, kafka_cpu, broker_cpu = plain_producer(
-            base.kafka.bootstrap_servers, topics.snapshots, records, compression, linger
+            base.kafka.bootstrap_servers, job.topics.snapshots, records, compression, linger
         )
-    finally:
-        delete_topics(job)
     print(
         f"  plain confluent-kafka producer: {plain:>10,.0f} events/s, {cpu:.1f} us CPU per "
         f"event ({kafka_cpu:.1f} in librdkafka's threads; broker {broker_cpu:.1f} us; "

@@ -230,6 +230,9 @@ impl Anchor<'_> {
     }
 }
 
+/// An accepted event: its id, its doc type (the key) and the encoded record.
+type EventRecord = (String, String, Vec<u8>);
+
 /// The event's field values, before the event-level checks.
 struct Event<'e, 'a> {
     event_id: &'e str,
@@ -746,8 +749,8 @@ fn find<'e, 'a>(entry: &'e Entry<'a>, slot: usize) -> &'e Header<'a> {
         .unwrap_or(&Header::Absent)
 }
 
-/// `kong.kong_record` for an entry the fast path can decide on: the encoded event, or None.
-fn kong_event(entry: &Entry, source: &str, compensated_sum: bool) -> Option<Vec<u8>> {
+/// `kong.kong_record` for an entry the fast path can decide on: the event, or None.
+fn kong_event(entry: &Entry, source: &str, compensated_sum: bool) -> Option<EventRecord> {
     if entry.doubtful || entry.locations.iter().flatten().any(|h| h.ambiguous) {
         return None;
     }
@@ -770,7 +773,7 @@ fn kong_event(entry: &Entry, source: &str, compensated_sum: bool) -> Option<Vec<
             }
         }
     }
-    Event {
+    let value = Event {
         event_id,
         event_time_ms: entry.started_at?,
         doc_type,
@@ -779,7 +782,8 @@ fn kong_event(entry: &Entry, source: &str, compensated_sum: bool) -> Option<Vec<
         anchors: &anchors,
         source: Some(source),
     }
-    .encode(compensated_sum)
+    .encode(compensated_sum)?;
+    Some((event_id.to_owned(), doc_type.to_owned(), value))
 }
 
 // ------------------------------------------------------------------------------ NDJSON lines
@@ -936,9 +940,6 @@ impl SnapshotReader {
     }
 }
 
-/// An accepted event: its id, its doc type (the key) and the encoded record.
-type EventRecord = (String, String, Vec<u8>);
-
 impl SnapshotReader {
     /// Per entry of a Kong body, its event or None; None for a body not read here.
     fn kong_events(&self, body: &[u8], source: &str) -> Option<Vec<Option<EventRecord>>> {
@@ -947,14 +948,12 @@ impl SnapshotReader {
         let mut deserializer = serde_json::Deserializer::from_str(text);
         let entries = deserializer.deserialize_any(BodySeed(&self.config)).ok()?;
         deserializer.end().ok()?;
-        let events = entries.iter().map(|entry| {
-            let value = kong_event(entry, source, self.compensated_sum)?;
-            // kong_event found both, stripped.
-            let event_id = scalar(find(entry, REQUEST_ID)).flatten()?;
-            let doc_type = scalar(find(entry, DOC_TYPE)).flatten()?;
-            Some((event_id.to_owned(), doc_type.to_owned(), value))
-        });
-        Some(events.collect())
+        let events = entries.iter();
+        Some(
+            events
+                .map(|entry| kong_event(entry, source, self.compensated_sum))
+                .collect(),
+        )
     }
 }
 
