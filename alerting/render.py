@@ -15,7 +15,7 @@ import hashlib
 import re
 import string
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -59,6 +59,10 @@ class IncidentView:
     reasons: Sequence[Reason] = ()
     peak_mean_drift: float = 0.0
     dashboard_url: str | None = None
+    # Resolved because the type's level moved and stayed (resolution "adapted"): the old and
+    # new centers.
+    adapted_from: float | None = None
+    adapted_to: float | None = None
 
 
 @dataclass(frozen=True)
@@ -221,6 +225,17 @@ def _baseline(view: IncidentView) -> str:
     return f"baseline {view.baseline_version}" if view.baseline_version else "static rule"
 
 
+def adapted_phrase(view: IncidentView, escape: Callable[[str], str]) -> str | None:
+    """Plain words for a resolution by adaptation, the doc type passed through ``escape``
+    (the markup's escaper), or None."""
+    if view.adapted_from is None or view.adapted_to is None:
+        return None
+    return (
+        f"{escape(truncate(view.doc_type, 120))} moved from {view.adapted_from:.2f} to "
+        f"{view.adapted_to:.2f} and stayed: baseline adapted"
+    )
+
+
 def _state_phrase(view: IncidentView) -> str:
     if view.state == "resolved" and view.resolved_at_ms is not None:
         return (
@@ -253,6 +268,8 @@ def slack_parent(view: IncidentView) -> SlackMessage:
         f"*State*\n{_state_phrase(view)}",
         f"*Compared with*\n{slack_escape(_baseline(view))}",
     ]
+    if (adapted := adapted_phrase(view, slack_literal)) is not None:
+        fields.append(f"*Resolution*\n{adapted}")
     blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": head}},
         {
@@ -302,6 +319,12 @@ def slack_resolved(view: IncidentView) -> SlackMessage:
         f"Peak was {view.peak_mean_drift:.3f}."
     )
     text = f"Resolved: drift of {slack_literal(view.doc_type)} back to normal"
+    if (adapted := adapted_phrase(view, slack_literal)) is not None:
+        line = (
+            f":white_check_mark: *Resolved* after {duration(end - view.opened_at_ms)}: "
+            f"{adapted}. Peak was {view.peak_mean_drift:.3f}."
+        )
+        text = f"Resolved: {adapted}"
     return SlackMessage(text, [{"type": "section", "text": {"type": "mrkdwn", "text": line}}])
 
 
@@ -439,6 +462,11 @@ def jira_update_comment(view: IncidentView) -> str:
 def jira_resolved_comment(view: IncidentView) -> str:
     w = view.window
     end = view.resolved_at_ms if view.resolved_at_ms is not None else w.window_end_ms
+    if (adapted := adapted_phrase(view, jira_escape)) is not None:
+        return (
+            f"Resolved {utc(end)} after {duration(end - view.opened_at_ms)}: "
+            f"{adapted}. Peak mean drift was {view.peak_mean_drift:.3f}."
+        )
     return (
         f"Resolved {utc(end)} after {duration(end - view.opened_at_ms)}: mean drift back to "
         f"{w.mean_drift:.3f} (threshold {view.threshold:.3f}) in {window_span(w)}. "

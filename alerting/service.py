@@ -24,6 +24,13 @@ processed for its type is skipped (counted as ``replay`` when its id was seen, `
 otherwise). Baselines are read from the compacted baselines topic from the beginning at
 every start (one record per type) and kept current; they feed the policy's pooled
 evidence for sparse types.
+
+Baselines stay current by themselves (``alerting.refit``): the windows judged are kept per
+doc type (``anchorwatch.policy.refit``: windows inside incidents left out, the shift kept
+when an incident resolved "adapted"), and every ``refit_interval_s`` the consumer thread
+refits the types that gathered ``refit_min_windows`` new windows and publishes the
+baselines to the compacted topic, from which this service (and the drift job) read them
+back. At start that history is read back from the verdicts topic.
 """
 
 from __future__ import annotations
@@ -49,7 +56,8 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import Counter as MetricCounter
 
 from anchorwatch.alerting.http import Endpoint
 from anchorwatch.alerting.outbox import (
@@ -80,6 +88,7 @@ from anchorwatch.alerting.store import (
     NewEntry,
     Store,
 )
+from anchorwatch.baseline_publish import BaselinePublishError, publish_baselines
 from anchorwatch.contracts import (
     Baseline,
     ContractError,
@@ -91,7 +100,9 @@ from anchorwatch.contracts import (
 )
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.kafkaio import client_config
-from anchorwatch.policy.incidents import IncidentChange, IncidentTracker, drift_event
+from anchorwatch.policy.fitting import fit_baseline
+from anchorwatch.policy.incidents import Incident, IncidentChange, IncidentTracker, drift_event
+from anchorwatch.policy.refit import RefitHistory, RefitSchedule
 from anchorwatch.policy.window import judge_window
 
 log = logging.getLogger(__name__)
@@ -203,9 +214,11 @@ class Engine:
         *,
         clock: Callable[[], float] = time.time,
         crash: Callable[[str, str], None] = lambda point, integration: None,
+        refit: RefitHistory | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
+        self.refit = refit  # the windows judged, for refits (None: no refits)
         self._metrics = metrics
         self._integrations = tuple(integrations)
         self._clock = clock
@@ -366,6 +379,8 @@ class Engine:
         known.last_window_start_ms = w.window_start_ms
         known.partition = partition
         known.history.append(WindowPoint.from_verdict(verdict))
+        if self.refit is not None:
+            self.refit.add(w)
         batch.touched.add(w.doc_type)
         batch.write.verdict_ids.append(verdict.verdict_id)
         self._metrics.verdicts.labels("processed").inc()
@@ -449,6 +464,8 @@ class Engine:
             reasons=reasons,
             peak_mean_drift=inc.peak_mean_drift,
             dashboard_url=self._settings.routing.dashboard_url(inc.doc_type),
+            adapted_from=inc.adapted_from if inc.resolution == "adapted" else None,
+            adapted_to=inc.adapted_to if inc.resolution == "adapted" else None,
         )
 
     def _enqueue(
@@ -477,6 +494,8 @@ class Engine:
 
     def _apply(self, change: IncidentChange, batch: _Batch) -> None:
         inc = change.incident
+        if self.refit is not None:
+            refit_incident(self.refit, inc)
         row = self._open.get(inc.incident_id)
         if row is None and change.kind == "reopened":
             row = batch.rows.get(inc.incident_id) or self._store.incident(inc.incident_id)
@@ -580,6 +599,10 @@ class Engine:
     def prune(self, before_ms: int) -> int:
         return self._store.prune(before_ms)
 
+    @property
+    def store(self) -> Store:
+        return self._store
+
     def close(self) -> None:
         self._store.close()
 
@@ -590,6 +613,207 @@ _STATES: Final[dict[str, IncidentState]] = {
     "updated": "updated",
     "resolved": "resolved",
 }
+
+
+def refit_incident(history: RefitHistory, incident: Incident) -> None:
+    """An incident's span (or, resolved "adapted", its shift) for the refit history."""
+    history.incident(
+        incident.doc_type,
+        incident.incident_id,
+        first_breach_ms=incident.first_breach_ms,
+        resolved_at_ms=incident.resolved_at_ms,
+        resolution=incident.resolution,
+    )
+
+
+# --------------------------------------------------------------------------- refits
+
+
+class RefitMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.refits = MetricCounter(
+            "anchorwatch_alerting_baseline_refits_total",
+            "Baseline refits, by outcome: published; skipped (too little history to replace "
+            "a fitted baseline); failed (Kafka did not take it; retried); dry_run.",
+            ["outcome"],
+            registry=registry,
+        )
+        self.last = Gauge(
+            "anchorwatch_alerting_baseline_refit_last_timestamp_seconds",
+            "When refitted baselines were last published (Unix time).",
+            registry=registry,
+        )
+        for outcome in ("published", "skipped", "failed", "dry_run"):
+            self.refits.labels(outcome)
+
+
+class Refitter:
+    """Refits due baselines and publishes them (runs on the consumer thread, which owns the
+    engine). Publishing twice is harmless: the topic is compacted by doc type and a fit's
+    version is derived from its inputs and its fit time."""
+
+    #: After a failed publish, wait this long before trying again.
+    RETRY_S: Final = 60.0
+    PUBLISH_TIMEOUT_S: Final = 30.0
+    #: Gathering and fitting a type-week of windows takes ~0.3 s (bench/refit.py): the
+    #: consumer thread pauses for a few seconds per run at most; other due types follow.
+    TYPES_PER_RUN: Final = 10
+
+    def __init__(
+        self,
+        settings: AlertingSettings,
+        engine: Engine,
+        metrics: RefitMetrics,
+        *,
+        clock: Callable[[], float] = time.time,
+        publish: Callable[[list[Baseline]], object] | None = None,
+    ) -> None:
+        assert engine.refit is not None
+        self._settings = settings
+        self._engine = engine
+        self._history = engine.refit
+        self._metrics = metrics
+        self._clock = clock
+        self._publish = publish or (
+            lambda baselines: publish_baselines(
+                settings.kafka,
+                settings.topics.baselines,
+                baselines,
+                timeout_s=self.PUBLISH_TIMEOUT_S,
+            )
+        )
+        self._not_before = 0.0
+
+    def run(self) -> list[Baseline]:
+        """Fit and publish every type due now; the baselines published."""
+        now = self._clock()
+        if now < self._not_before:
+            return []
+        now_ms = int(now * 1000)
+        policy, dry_run = self._settings.policy, self._settings.alerting.dry_run
+        fits: list[tuple[Baseline, Baseline | None, int]] = []
+        due = self._history.due(now_ms, self._engine.tracker.baseline, self.TYPES_PER_RUN)
+        for item in due:
+            new = fit_baseline(
+                item.doc_type,
+                item.windows,
+                policy,
+                fitted_at_ms=now_ms,
+                history_start_ms=item.history_start_ms,
+                history_end_ms=item.history_end_ms,
+            ).baseline
+            old = self._engine.tracker.baseline(item.doc_type)
+            if new.status != "fitted" and old is not None and old.status == "fitted":
+                # Fewer usable windows than a fit needs (e.g. just after an adaptation):
+                # keep judging by the fitted one.
+                self._history.fitted(
+                    item.doc_type, fitted_at_ms=now_ms, history_end_ms=old.history_end_ms
+                )
+                self._log(new, old, "skipped")
+                continue
+            fits.append((new, old, len(item.windows)))
+        if not fits:
+            return []
+        if not dry_run:
+            try:
+                self._publish([new for new, _, _ in fits])
+            except (BaselinePublishError, KafkaException) as exc:
+                self._metrics.refits.labels("failed").inc(len(fits))
+                self._not_before = now + self.RETRY_S
+                log.error(
+                    "refitted baselines not published; retrying later",
+                    extra={"doc_types": len(fits), "error": str(exc)[:1000]},
+                )
+                return []
+            self._metrics.last.set(now)
+        for new, old, _ in fits:
+            self._history.fitted(
+                new.doc_type, fitted_at_ms=now_ms, history_end_ms=new.history_end_ms
+            )
+            self._log(new, old, "dry_run" if dry_run else "published")
+        return [new for new, _, _ in fits]
+
+    def _log(self, new: Baseline, old: Baseline | None, outcome: str) -> None:
+        self._metrics.refits.labels(outcome).inc()
+        log.info(
+            "baseline refitted",
+            extra={
+                "doc_type": new.doc_type,
+                "outcome": outcome,
+                "status": new.status,
+                "windows": new.window_count,
+                "center": round(new.center, 4),
+                "threshold": round(new.threshold, 4),
+                "version": new.version,
+                "old_center": round(old.center, 4) if old is not None else None,
+                "old_threshold": round(old.threshold, 4) if old is not None else None,
+                "old_version": old.version if old is not None else None,
+            },
+        )
+
+
+def rebuild_refit_history(
+    settings: AlertingSettings, history: RefitHistory, store: Store, now_ms: int
+) -> int:
+    """Read back the last ``refit_history_s`` of verdicts (bounded: from the offsets of
+    records produced since then, to the end offsets at start) and the incidents the service
+    recorded, so a restart does not forget. Returns the windows read."""
+    since_ms = now_ms - settings.alerting.refit_history_s * 1000
+    consumer = Consumer(
+        client_config(
+            settings.kafka,
+            **{
+                "group.id": f"{settings.alerting.group_id}-refit",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            },
+        )
+    )
+    topic = settings.topics.verdicts
+    read = 0
+    try:
+        partitions = _partitions(consumer, topic, 10.0)
+        if partitions is None:
+            return 0
+        starts = consumer.offsets_for_times(
+            [TopicPartition(topic, p, since_ms) for p in partitions], timeout=10.0
+        )
+        ends: dict[int, int] = {}
+        assignment = []
+        for tp in starts:
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), 10.0)
+            # offset -1: nothing produced since since_ms on that partition.
+            if 0 <= tp.offset < high:
+                ends[tp.partition] = high
+                assignment.append(TopicPartition(topic, tp.partition, tp.offset))
+        consumer.assign(assignment)
+        deadline = time.monotonic() + 300
+        while ends and time.monotonic() < deadline:
+            for m in consumer.consume(1000, timeout=1.0):
+                partition, offset = m.partition(), m.offset()
+                if m.error() is not None or partition is None or offset is None:
+                    continue
+                if offset + 1 >= ends.get(partition, 0):
+                    ends.pop(partition, None)
+                try:
+                    history.add(decode_verdict(m.value() or b"").window)
+                    read += 1
+                except ContractError:
+                    continue  # counted when the engine meets it
+    except KafkaException as exc:
+        log.warning("refit history not read back", extra={"error": str(exc)})
+    finally:
+        consumer.close()
+    for listing in store.list_incidents(open_only=False, limit=100_000):
+        record = listing.row.record
+        history.incident(
+            listing.row.doc_type,
+            listing.row.incident_id,
+            first_breach_ms=int(record["first_breach_ms"]),
+            resolved_at_ms=listing.row.resolved_at_ms,
+            resolution=record.get("resolution"),
+        )
+    return read
 
 
 # --------------------------------------------------------------------------- Kafka
@@ -826,6 +1050,7 @@ class AlertingService:
 
     PRUNE_EVERY_S = 3600.0
     REFRESH_EVERY_S = 30.0
+    REFIT_CHECK_S = 30.0  # how often due refits are looked for
 
     def __init__(
         self,
@@ -852,6 +1077,8 @@ class AlertingService:
         self._verdicts: VerdictConsumer | None = None
         self._baselines: BaselineConsumer | None = None
         self._failure: BaseException | None = None
+        self.refit_metrics = RefitMetrics(self.registry)
+        self.refitter: Refitter | None = None
 
     # ----------------------------------------------------------------- wiring
 
@@ -891,9 +1118,26 @@ class AlertingService:
         self._lock = StateLock(a.state_dir)
         try:
             store = Store(a.state_dir, synchronous=a.sqlite_synchronous)
-            self.engine = Engine(
-                s, store, self.metrics, self.integrations(), clock=self._clock, crash=self._crash
+            refit = (
+                RefitHistory(
+                    RefitSchedule(
+                        a.refit_interval_s * 1000, a.refit_history_s * 1000, a.refit_min_windows
+                    )
+                )
+                if a.refit
+                else None
             )
+            self.engine = Engine(
+                s,
+                store,
+                self.metrics,
+                self.integrations(),
+                clock=self._clock,
+                crash=self._crash,
+                refit=refit,
+            )
+            if refit is not None:
+                self.refitter = Refitter(s, self.engine, self.refit_metrics, clock=self._clock)
             self._endpoint = Endpoint(
                 a.metrics_host, a.metrics_port, self.registry, self.health, self.readiness
             ).start()
@@ -968,6 +1212,13 @@ class AlertingService:
         engine, verdicts, baselines = self.engine, self._verdicts, self._baselines
         a = self.settings.alerting
         refreshed = pruned = 0.0
+        if engine.refit is not None:
+            n = rebuild_refit_history(
+                self.settings, engine.refit, engine.store, int(self._clock() * 1000)
+            )
+            log.info("refit history read back", extra={"windows": n})
+        refit_every = min(self.REFIT_CHECK_S, float(a.refit_interval_s))
+        refit_checked = time.monotonic()
         while not self._stop.is_set():
             self._heartbeat = time.monotonic()
             if not baselines.caught_up:
@@ -984,6 +1235,9 @@ class AlertingService:
                 if not verdicts.assigned:
                     self._stop.wait(1.0)
                     continue
+            if self.refitter is not None and now - refit_checked >= refit_every:
+                self.refitter.run()
+                refit_checked = now
             if now - pruned > self.PRUNE_EVERY_S:
                 cutoff = int((self._clock() - a.retention_days * 86_400) * 1000)
                 if n := engine.prune(cutoff):

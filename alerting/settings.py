@@ -414,6 +414,31 @@ class AlertingSection(Section):
         description="FULL: every commit survives a power loss; NORMAL: faster, survives a "
         "process crash (kill -9) but may lose the last commits on a power loss.",
     )
+    refit: bool = Field(
+        True,
+        description="Refit each doc type's baseline from the windows it judged (leaving out "
+        "windows inside incidents) and publish it to the baselines topic.",
+    )
+    refit_interval_s: int = Field(
+        3600,
+        ge=1,
+        le=30 * 86_400,
+        description="Wall time between two refits of one doc type.",
+    )
+    refit_history_s: int = Field(
+        7 * 86_400,
+        ge=60,
+        le=90 * 86_400,
+        description="Event time of windows a refit rests on (also read back from the verdicts "
+        "topic at start, so a restart does not forget).",
+    )
+    refit_min_windows: int = Field(
+        60,
+        ge=1,
+        le=1_000_000,
+        description="A doc type is refitted only once this many usable windows ended after "
+        "the history of the baseline it holds.",
+    )
 
     @field_validator("group_id")
     @classmethod

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import orjson
-from confluent_kafka import KafkaError, Message, Producer
 from pyflink.table import (
     EnvironmentSettings,
     Schema,
@@ -34,11 +33,15 @@ from pyflink.table import (
 )
 
 from anchorwatch.backtest import window_from_row
+from anchorwatch.baseline_publish import (  # the services (no pyflink) publish too
+    BaselinePublishError as BaselinePublishError,
+)
+from anchorwatch.baseline_publish import publish_baselines as publish_baselines
 from anchorwatch.contracts import Baseline, ContractError, WindowAggregate, decode_baseline, encode
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.jobs.baseline_settings import BaselineSettings
 from anchorwatch.jobs.drift_job import checked_columns, invalid_condition
-from anchorwatch.kafkaio import client_config, read_topic
+from anchorwatch.kafkaio import read_topic
 from anchorwatch.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -47,10 +50,6 @@ HISTORY: Final = "snapshot_history"
 #: How much earlier than --since a record may have been produced than its event time says
 #: (clock skew between gateway and producer) and still be read.
 PRODUCE_SKEW_MS: Final = 3_600_000
-
-
-class BaselinePublishError(AnchorwatchError):
-    """Kafka did not acknowledge every baseline."""
 
 
 # --------------------------------------------------------------------------- the Flink part
@@ -209,32 +208,6 @@ def windows_from_topic(
     if skipped:
         log.warning("skipped records that hold no window", extra={"topic": topic, "n": skipped})
     return sorted(out, key=lambda w: (w.window_start_ms, w.doc_type))
-
-
-def publish_baselines(
-    kafka: KafkaSettings, topic: str, baselines: Iterable[Baseline], *, timeout_s: float = 60
-) -> int:
-    """Produce each baseline keyed by its doc type (idempotent, acks=all); wait until Kafka
-    has acknowledged every one, or raise."""
-    producer = Producer(client_config(kafka, **{"enable.idempotence": True, "acks": "all"}))
-    errors: list[str] = []
-    sent = 0
-
-    def delivered(err: KafkaError | None, _msg: Message) -> None:
-        if err is not None:
-            errors.append(str(err))
-
-    for baseline in baselines:
-        producer.produce(topic, encode(baseline), baseline.doc_type.encode(), on_delivery=delivered)
-        producer.poll(0)
-        sent += 1
-    left = producer.flush(timeout_s)
-    if left or errors:
-        raise BaselinePublishError(
-            f"{sent - left - len(errors)} of {sent} baselines acknowledged by Kafka on {topic} "
-            f"({left} still queued; errors: {errors[:3]})"
-        )
-    return sent
 
 
 def read_baselines(kafka: KafkaSettings, topic: str) -> dict[str, Baseline]:
