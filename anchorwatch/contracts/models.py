@@ -181,6 +181,19 @@ class Baseline(_Contract):
     hourly_center: list[Probability] | None = Field(
         default=None, description="Per hour-of-day center (24 values) when history allows."
     )
+    autocorrelation: float | None = Field(
+        default=None,
+        ge=0.0,
+        lt=1.0,
+        description="Lag-1 autocorrelation of the history's window means (0 when windows "
+        "are independent); pooled evidence is discounted by it. Absent: treated as 0.",
+    )
+    significance: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="Standard errors by which a window smaller than min_requests must clear "
+        "the threshold to count alone (the fit's policy figure). Absent: 3.",
+    )
 
     @model_validator(mode="after")
     def _history_ordered(self) -> Baseline:

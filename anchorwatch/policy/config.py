@@ -71,13 +71,27 @@ class RuleConfig(Section):
         2, ge=1, le=1440, description="Consecutive breaching windows that open an incident."
     )
     open_after_critical: int = Field(
-        1, ge=1, le=1440, description="Consecutive critical windows that open an incident."
+        2,
+        ge=1,
+        le=1440,
+        description="Consecutive critical windows that open an incident (or escalate an "
+        "open one to critical). 2: a single window, however high, is never enough: real "
+        "series have heavy-tailed one-window spikes.",
     )
     resolve_after: int = Field(
         3, ge=1, le=1440, description="Consecutive clean windows that resolve an incident."
     )
+    recovery_share: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="While an incident is open, a window counts towards resolving it only "
+        "at or below center + this share of the margin (threshold - center): separate "
+        "trigger and recovery levels, so a type hovering at its threshold keeps one incident "
+        "instead of flapping. 1.0: the threshold itself.",
+    )
     reopen_within: int = Field(
-        10,
+        30,
         ge=0,
         le=10_080,
         description="An incident that breaches again within this many windows of resolving "
@@ -89,6 +103,15 @@ class RuleConfig(Section):
         le=10_080,
         description="Resolve an open incident after this many windows without a conclusive "
         "window (no traffic, or too few requests and no pooled evidence).",
+    )
+    adapt_after: int = Field(
+        120,
+        ge=0,
+        le=100_000,
+        description="Accept a level shift as the type's new normal after this many windows "
+        "of an open incident sitting at a stable new level (most windows breaching, no "
+        "trend): the incident resolves as 'adapted' and the type is judged against its "
+        "baseline moved to the new level until a refit replaces it. 0: never adapt.",
     )
     pooling: bool = Field(
         True,
@@ -171,7 +194,15 @@ class PolicyConfig(Section):
         "only when that also narrows the spread by seasonal_min_gain; off: never.",
     )
     seasonal_min_days: int = Field(
-        3, ge=1, le=365, description="Distinct days each hour of day must be seen on."
+        1, ge=1, le=365, description="Distinct days each hour of day must be seen on."
+    )
+    seasonal_shrinkage: float = Field(
+        0.5,
+        ge=0.0,
+        le=100.0,
+        description="Short histories use what they have: each hour's offset from the flat "
+        "center is weighted days / (days + this), so one day of history counts for 2/3 of "
+        "its profile, three days for 6/7; 0: no shrinkage.",
     )
     seasonal_min_windows_per_hour: int = Field(
         30, ge=1, le=100_000, description="Windows each hour of day needs."
@@ -182,20 +213,38 @@ class PolicyConfig(Section):
         lt=1.0,
         description="auto: share by which the hourly profile must narrow the spread.",
     )
+    tail_quantile: float = Field(
+        0.99,
+        ge=0.5,
+        lt=1.0,
+        description="The spread is at least what this upper quantile of the history's "
+        "window means implies for a normal tail (isolated spikes included, sustained "
+        "excursions excluded): heavy-tailed, skewed or flat-with-spikes types get wider "
+        "thresholds, never a spread of zero.",
+    )
+    spread_confidence: float = Field(
+        0.9,
+        ge=0.5,
+        lt=1.0,
+        description="Short or autocorrelated histories are uncertain: the spread is raised to "
+        "this upper confidence bound, on the history's effective number of independent "
+        "windows (fewer when neighbouring windows are correlated). 0.5: no raise.",
+    )
     # ---- pooling: evidence from windows too small to judge alone
     pooling_shift: float = Field(
         0.5,
         gt=0.0,
         le=10.0,
         description="The CUSUM is tuned to detect a rise of this share of the margin "
-        "(threshold - center).",
+        "(threshold - center); its reference value is half of it.",
     )
     pooling_threshold: float = Field(
-        12.0,
+        6.0,
         gt=0.0,
         le=1000.0,
-        description="The CUSUM statistic (log-likelihood ratio) at which pooled evidence "
-        "counts as a breach; higher: fewer false alarms, later detection.",
+        description="The CUSUM statistic, in effective standard errors (correlated windows "
+        "count as fewer independent ones), at which pooled evidence counts as a breach; "
+        "higher: fewer false alarms, later detection.",
     )
     # ---- detection
     rules: tuple[RuleConfig, ...] = Field(

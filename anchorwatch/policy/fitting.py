@@ -23,23 +23,24 @@ the static rule's figures, which is what ``judge_window`` applies to them.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 from anchorwatch.contracts import Baseline, WindowAggregate
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.window import HOUR_MS, hour_of_day
+from anchorwatch.policy.window import MIN_SPREAD as MIN_SPREAD  # re-exported
 from anchorwatch.policy.window import baseline_at as baseline_at  # the old import path
+from anchorwatch.policy.window import spread_at as spread_at  # re-exported
 
 DAY_MS = 24 * HOUR_MS
 #: Scales a median absolute deviation to a normal standard deviation.
 MAD_TO_SIGMA = 1.4826
-#: Lower bound of a fitted spread: a type whose windows never vary still has rounding noise,
-#: and every standard error derived from it must stay finite.
-MIN_SPREAD = 1e-4
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,6 @@ def robust_sigma(values: Sequence[float]) -> float:
     normal data, unmoved by a minority of outliers."""
     mid = median(values)
     return MAD_TO_SIGMA * median([abs(v - mid) for v in values])
-
-
-def spread_at(baseline: Baseline, request_count: int) -> float:
-    """Standard error of a window mean over ``request_count`` requests for this type."""
-    typical = max(baseline.typical_request_count, 1.0)
-    return max(baseline.spread, MIN_SPREAD) * math.sqrt(typical / max(request_count, 1))
 
 
 def baseline_version(doc_type: str, fitted_at_ms: int, start_ms: int, end_ms: int) -> str:
@@ -113,7 +108,9 @@ def fit_baseline(
             **common,
             status="insufficient_history",
             center=median(means) if ws else 0.0,
-            spread=_request_sigma(ws, median(means)) / math.sqrt(median(counts)) if ws else 0.0,
+            spread=(
+                _request_sigma(ws, median(means), policy) / math.sqrt(median(counts)) if ws else 0.0
+            ),
             p95=quantile(means, 0.95) if ws else 0.0,
             p99=quantile(means, 0.99) if ws else 0.0,
             typical_request_count=median(counts) if ws else 0.0,
@@ -125,10 +122,10 @@ def fit_baseline(
 
     center = median(means)
     typical = median(counts)
-    sigma = _request_sigma(ws, center)
-    hourly = _hourly_centers(ws, policy, notes)
+    hourly = _hourly_centers(ws, center, policy, notes)
+    sigma = _request_sigma(ws, center, policy)
     if hourly is not None:
-        seasonal_sigma = _request_sigma(ws, center, hourly)
+        seasonal_sigma = _request_sigma(ws, center, policy, hourly)
         if policy.seasonality == "auto" and seasonal_sigma > (1 - policy.seasonal_min_gain) * sigma:
             notes.append(
                 f"seasonality not used: the hourly profile narrows the spread by only "
@@ -139,7 +136,15 @@ def fit_baseline(
             hourly = None
         else:
             sigma = seasonal_sigma
-    spread = max(sigma / math.sqrt(typical), MIN_SPREAD)
+    phi = autocorrelation(ws, center, hourly)
+    effective = effective_windows(len(ws), phi)
+    inflation = spread_inflation(effective, policy.spread_confidence)
+    if inflation > 1.05:
+        notes.append(
+            f"short or correlated history: {len(ws)} windows with lag-1 autocorrelation "
+            f"{phi:.2f} count as {effective:.0f} independent ones; spread raised x{inflation:.2f}"
+        )
+    spread = max(sigma * inflation / math.sqrt(typical), MIN_SPREAD)
 
     margin = max(policy.sensitivity * spread, policy.min_margin)
     critical_margin = max(policy.critical_sensitivity * spread, policy.critical_min_margin)
@@ -169,6 +174,8 @@ def fit_baseline(
         critical_threshold=critical,
         min_requests=min_requests,
         hourly_center=hourly,
+        autocorrelation=phi,
+        significance=policy.significance,
     )
     return FitResult(baseline, tuple(notes))
 
@@ -213,21 +220,144 @@ def _clip(value: float) -> float:
     return min(1.0, max(0.0, value))
 
 
-def _request_sigma(
+def _residuals(
     ws: Sequence[WindowAggregate], center: float, hourly: Sequence[float] | None = None
-) -> float:
-    """Per-request sigma from window residuals scaled by sqrt(n) (see the module doc)."""
-    scaled = [
+) -> list[float]:
+    """Window residuals on the per-request scale: (mean - center) x sqrt(n)."""
+    return [
         (w.mean_drift - (hourly[hour_of_day(w.window_start_ms)] if hourly else center))
         * math.sqrt(w.request_count)
         for w in ws
     ]
-    return robust_sigma(scaled)
+
+
+def _request_sigma(
+    ws: Sequence[WindowAggregate],
+    center: float,
+    policy: PolicyConfig,
+    hourly: Sequence[float] | None = None,
+) -> float:
+    """Per-request sigma from window residuals scaled by sqrt(n) (see the module doc).
+
+    The larger of two estimates, so neither a collapsed MAD nor a heavy upper tail makes
+    ordinary windows look extraordinary:
+
+    - the MAD of the residuals (robust: incidents in the history do not widen it);
+    - what the history's upper tail implies: the ``tail_quantile`` of the residuals over
+      the normal quantile. Isolated spikes stay in (they are part of normal operation);
+      sustained excursions (``SUSTAINED`` windows in a row beyond 3 MAD sigmas, the shape of
+      an incident) are left out. Flat or quantised histories whose MAD is zero get their
+      spread from here, or at least from the grid their values sit on.
+    """
+    ordered = sorted(ws, key=lambda w: w.window_start_ms)
+    scaled = _residuals(ordered, center, hourly)
+    mad_sigma = robust_sigma(scaled)
+    grid = _grid_sigma(ordered)
+    cut = 3.0 * max(mad_sigma, grid, MIN_SPREAD)
+    marks = _sustained(scaled, cut)
+    kept = [r for r, excursion in zip(scaled, marks, strict=True) if not excursion]
+    tail = quantile(sorted(kept), policy.tail_quantile) if kept else 0.0
+    tail_sigma = max(tail, 0.0) / normal_quantile(policy.tail_quantile)
+    return max(mad_sigma, tail_sigma, grid)
+
+
+#: Windows in a row beyond the cut that make an excursion sustained (an incident's shape).
+SUSTAINED = 3
+
+
+def _sustained(scaled: Sequence[float], cut: float) -> list[bool]:
+    """Marks the residuals that belong to runs of ``SUSTAINED`` or more above ``cut``."""
+    marks = [False] * len(scaled)
+    i = 0
+    while i < len(scaled):
+        if scaled[i] <= cut:
+            i += 1
+            continue
+        j = i
+        while j < len(scaled) and scaled[j] > cut:
+            j += 1
+        if j - i >= SUSTAINED:
+            marks[i:j] = [True] * (j - i)
+        i = j
+    return marks
+
+
+def _grid_sigma(ws: Sequence[WindowAggregate]) -> float:
+    """A quantised history (values on a grid, e.g. 0.01) cannot resolve changes below its
+    step: half a step, on the per-request scale, is the least spread it can claim."""
+    values = sorted({round(w.mean_drift, 9) for w in ws})
+    steps = [b - a for a, b in itertools.pairwise(values) if b - a > 1e-9]
+    if not steps:
+        return 0.0
+    counts = sorted(w.request_count for w in ws)
+    return 0.5 * min(steps) * math.sqrt(counts[len(counts) // 2])
+
+
+def autocorrelation(
+    ws: Sequence[WindowAggregate], center: float, hourly: Sequence[float] | None = None
+) -> float:
+    """Lag-1 autocorrelation of window means over neighbouring windows, in [0, 0.99].
+
+    Residuals are winsorised at 4 MAD sigmas first, so a few spikes cannot fake (or hide)
+    the correlation. Negative estimates count as 0 (independent windows)."""
+    ordered = sorted(ws, key=lambda w: w.window_start_ms)
+    if len(ordered) < 3:
+        return 0.0
+    res = [
+        w.mean_drift - (hourly[hour_of_day(w.window_start_ms)] if hourly else center)
+        for w in ordered
+    ]
+    mid = median(res)
+    scale = max(4.0 * robust_sigma(res), 1e-9)
+    res = [min(scale, max(-scale, r - mid)) for r in res]
+    mean = sum(res) / len(res)
+    dev = [r - mean for r in res]
+    var = sum(d * d for d in dev)
+    if var <= 0:
+        return 0.0
+    size = ordered[0].window_end_ms - ordered[0].window_start_ms
+    lagged = [
+        dev[i] * dev[i + 1]
+        for i in range(len(ordered) - 1)
+        if ordered[i + 1].window_start_ms - ordered[i].window_start_ms == size
+    ]
+    if len(lagged) < 2:
+        return 0.0
+    # Normalised by the pairs actually seen, so gaps in traffic do not bias it to zero.
+    phi = (sum(lagged) / len(lagged)) / (var / len(dev))
+    return min(0.99, max(0.0, phi))
+
+
+def effective_windows(windows: int, phi: float) -> float:
+    """How many independent windows ``windows`` AR(1)-correlated ones are worth."""
+    return max(1.0, windows * (1.0 - phi) / (1.0 + phi))
+
+
+def spread_inflation(effective: float, confidence: float) -> float:
+    """Factor raising a spread estimated on ``effective`` independent windows to its upper
+    ``confidence`` bound (chi-square, Wilson-Hilferty): ~1 on long histories, larger on
+    short or strongly correlated ones. Capped at 3."""
+    if confidence <= 0.5:
+        return 1.0
+    k = max(effective - 1.0, 1.0)
+    z = normal_quantile(1.0 - confidence)
+    lower = k * (1.0 - 2.0 / (9.0 * k) + z * math.sqrt(2.0 / (9.0 * k))) ** 3
+    if lower <= 0:
+        return 3.0
+    return min(3.0, math.sqrt(k / lower))
+
+
+def normal_quantile(p: float) -> float:
+    """The standard normal quantile (Python's own inverse CDF)."""
+    return NormalDist().inv_cdf(p)
 
 
 def _hourly_centers(
-    ws: Sequence[WindowAggregate], policy: PolicyConfig, notes: list[str]
+    ws: Sequence[WindowAggregate], center: float, policy: PolicyConfig, notes: list[str]
 ) -> list[float] | None:
+    """Per-hour centers from whatever days the history holds, each hour's offset from the
+    flat center shrunk by days / (days + seasonal_shrinkage): one day is weak evidence of a
+    daily rhythm, several days are strong."""
     if policy.seasonality == "off":
         return None
     by_hour: dict[int, list[float]] = defaultdict(list)
@@ -250,4 +380,9 @@ def _hourly_centers(
             f"fall short (e.g. {h:02d}h UTC: {len(by_hour[h])} windows on {len(days[h])} days)"
         )
         return None
-    return [median(by_hour[h]) for h in range(24)]
+    profile = []
+    for h in range(24):
+        d = len(days[h])
+        weight = d / (d + policy.seasonal_shrinkage)
+        profile.append(_clip(center + weight * (median(by_hour[h]) - center)))
+    return profile

@@ -37,8 +37,9 @@ service can post and ticket idempotently.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal
 
 from anchorwatch.contracts import Baseline, DriftEvent, DriftEvidence, Reason, WindowAggregate
@@ -49,8 +50,8 @@ from anchorwatch.policy.window import Judgement, baseline_at, judge_window
 
 ChangeKind = Literal["opened", "updated", "resolved", "reopened"]
 EvidenceKind = Literal["window", "pooled"]
-Resolution = Literal["clean", "silent"]
-SlotState = Literal["critical", "breach", "clean", "inconclusive"]
+Resolution = Literal["clean", "silent", "adapted"]
+SlotState = Literal["critical", "breach", "elevated", "clean", "inconclusive"]
 
 #: The CUSUM statistic is held below this multiple of its limit: a long incident must not
 #: bank so much evidence that the type stays "breaching" for long after it recovered.
@@ -75,6 +76,8 @@ class Incident:
     reopened: int  # times it was re-opened
     baseline_version: str | None  # of the window that opened it
     threshold: float  # the figure that window was compared with
+    adapted_from: float | None = None  # resolution "adapted": the center it moved from
+    adapted_to: float | None = None  # ... and the level accepted as the new normal
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,6 +106,7 @@ class _RunState:
     clean_run: int = 0  # clean slots since the last breach, while open
     silent: int = 0  # consecutive inconclusive slots, while open
     cusum: float = 0.0
+    recent: list[float] = field(default_factory=list)  # window means while open (adapting)
     open: Incident | None = None
     resolved: Incident | None = None  # the latest resolved incident: may be re-opened
     resolved_slot_ms: int | None = None
@@ -153,13 +157,24 @@ class IncidentTracker:
         self._rules = {r.name: r for r in policy.rules}
         self._static = {r.name: r.static.rule() for r in policy.rules}
         self._states: dict[tuple[str, str], _RunState] = {}
+        # Types judged against a baseline this tracker moved to an accepted new level.
+        self._adapted: set[str] = set()
         if state is not None:
             self._restore(state)
 
     # ----------------------------------------------------------------- inputs
 
     def set_baseline(self, baseline: Baseline) -> None:
-        """A new baseline (e.g. read from the compacted topic) applies from the next window."""
+        """A new baseline (e.g. read from the compacted topic) applies from the next window.
+        It replaces one this tracker adapted only when fitted later than the adaptation."""
+        held = self._baselines.get(baseline.doc_type)
+        if (
+            baseline.doc_type in self._adapted
+            and held is not None
+            and baseline.fitted_at_ms <= held.fitted_at_ms
+        ):
+            return
+        self._adapted.discard(baseline.doc_type)
         self._baselines[baseline.doc_type] = baseline
 
     def baseline(self, doc_type: str) -> Baseline | None:
@@ -228,6 +243,11 @@ class IncidentTracker:
             "states": [
                 {"doc_type": d, "rule": r, **asdict(st)} for (d, r), st in self._states.items()
             ],
+            "adapted": [
+                self._baselines[d].model_dump(mode="json")
+                for d in sorted(self._adapted)
+                if d in self._baselines
+            ],
         }
 
     # ----------------------------------------------------------------- internals
@@ -244,6 +264,10 @@ class IncidentTracker:
                 if item.get(key) is not None:
                     item[key] = Incident(**item[key])
             self._states[(doc_type, rule)] = _RunState(**item)
+        for raw in state.get("adapted", []):
+            adapted = Baseline.model_validate(raw)
+            self._baselines[adapted.doc_type] = adapted
+            self._adapted.add(adapted.doc_type)
 
     def _state(self, doc_type: str, rule: str) -> _RunState:
         key = (doc_type, rule)
@@ -265,19 +289,32 @@ class IncidentTracker:
             stored = self._baselines.get(window.doc_type)
             if stored is not None and stored.status == "fitted":
                 baseline = baseline_at(stored, start)
-            if judgement is None:
+            # The job judged against the published baseline; a type whose level this
+            # tracker accepted as the new normal is judged here, with the same pure rule.
+            if judgement is None or window.doc_type in self._adapted:
                 judgement = judge_window(window, baseline, self._static[rule.name])
         else:
             judgement = judge_window(window, None, self._static[rule.name])
 
         conclusive = window.request_count >= judgement.min_requests
         level = judgement.breach_level
-        pooled_breach = pooled_clean = False
+        mean = window.mean_drift
+        # Separate trigger and recovery levels: while open, only a window well back
+        # towards normal counts towards resolving.
+        recovery = judgement.threshold
+        if st.open is not None and baseline is not None:
+            recovery = baseline.center + rule.recovery_share * (
+                judgement.threshold - baseline.center
+            )
+        pooled_breach = pooled_clean = pooled = False
         if rule.pooling and baseline is not None and window.request_count > 0:
+            pooled = True
             st.cusum = self._pool(st.cusum, baseline, window)
-            pooled_breach = st.cusum >= self.policy.pooling_threshold
+            # Pooling judges the windows too small to judge alone; a window big enough is
+            # judged by its own mean (its neighbours are no independent evidence for it).
+            pooled_breach = not conclusive and st.cusum >= self.policy.pooling_threshold
             # A small window that itself looks high is no evidence of recovery.
-            pooled_clean = not pooled_breach and window.mean_drift <= judgement.threshold
+            pooled_clean = not pooled_breach and mean <= recovery
 
         state: SlotState
         evidence: EvidenceKind | None = None
@@ -287,6 +324,8 @@ class IncidentTracker:
             state, evidence = "breach", "window"
         elif pooled_breach:
             state, evidence = "breach", "pooled"
+        elif (conclusive or pooled) and mean > recovery:
+            state = "elevated"
         elif (conclusive and level == "none") or pooled_clean:
             state = "clean"
         else:
@@ -294,14 +333,21 @@ class IncidentTracker:
         return _Slot(start, end, state, evidence, window, judgement)
 
     def _pool(self, cusum: float, baseline: Baseline, window: WindowAggregate) -> float:
+        """One CUSUM step in effective standard errors: correlated neighbours are worth
+        fewer independent windows, so each one's evidence is discounted by
+        sqrt((1 - phi) / (1 + phi)), the AR(1) variance factor of a sum. The reference (half
+        the shift to detect) grows with the margin, so a higher sensitivity never pools more
+        evidence."""
         margin = baseline.threshold - baseline.center
         if margin <= 0:
             return 0.0
         se = max(spread_at(baseline, window.request_count), MIN_SPREAD)
-        d = self.policy.pooling_shift * margin / se
+        phi = baseline.autocorrelation or 0.0
+        discount = math.sqrt((1.0 - phi) / (1.0 + phi))
         z = (window.mean_drift - baseline.center) / se
+        reference = self.policy.pooling_shift * margin / se / 2.0
         cap = POOLING_CAP * self.policy.pooling_threshold
-        return min(cap, max(0.0, cusum + d * z - d * d / 2))
+        return min(cap, max(0.0, cusum + discount * (z - reference)))
 
     def _silence(
         self, doc_type: str, rule: RuleConfig, st: _RunState, next_start_ms: int
@@ -340,7 +386,7 @@ class IncidentTracker:
                 or slot.evidence == "pooled"
             )
             return [self._open(doc_type, rule, st, slot)] if opens else []
-        return self._update(rule, st, slot)
+        return self._update(doc_type, rule, st, slot)
 
     def _open(self, doc_type: str, rule: RuleConfig, st: _RunState, slot: _Slot) -> IncidentChange:
         assert slot.judgement is not None
@@ -391,17 +437,26 @@ class IncidentTracker:
             )
             kind = "opened"
         st.open, st.resolved, st.resolved_slot_ms = incident, None, None
+        st.recent = []
         return IncidentChange(kind, incident, slot.start_ms, slot.window, slot.judgement)
 
-    def _update(self, rule: RuleConfig, st: _RunState, slot: _Slot) -> list[IncidentChange]:
+    def _update(
+        self, doc_type: str, rule: RuleConfig, st: _RunState, slot: _Slot
+    ) -> list[IncidentChange]:
         incident = st.open
         assert incident is not None
+        if slot.window is not None and rule.adapt_after > 0:
+            st.recent = [*st.recent[-(rule.adapt_after - 1) :], slot.window.mean_drift]
+            adapted = self._adapt(doc_type, rule, st, slot)
+            if adapted is not None:
+                return [adapted]
         if slot.state in ("breach", "critical"):
             st.clean_run = st.silent = 0
             mean = slot.window.mean_drift if slot.window is not None else incident.peak_mean_drift
-            severity = _max_severity(
-                incident.severity, "critical" if slot.state == "critical" else "warning"
-            )
+            # Escalation takes the same evidence as opening critical: one heavy-tailed
+            # window must not page again.
+            critical = slot.state == "critical" and st.critical_run >= rule.open_after_critical
+            severity = _max_severity(incident.severity, "critical" if critical else "warning")
             escalated = severity != incident.severity
             incident = replace(
                 incident,
@@ -421,6 +476,9 @@ class IncidentTracker:
                     IncidentChange("updated", incident, slot.start_ms, slot.window, slot.judgement)
                 ]
             return []
+        if slot.state == "elevated":
+            st.clean_run = st.silent = 0
+            return []
         if slot.state == "clean":
             st.silent = 0
             st.clean_run += 1
@@ -432,18 +490,82 @@ class IncidentTracker:
             return [self._resolve(st, slot, "silent")]
         return []
 
+    def _adapt(
+        self, doc_type: str, rule: RuleConfig, st: _RunState, slot: _Slot
+    ) -> IncidentChange | None:
+        """Accept a level shift that persisted as the new normal: the last ``adapt_after``
+        windows of the open incident sit above the threshold (their median does) and level
+        (their two halves' medians differ by under half the margin: a plateau, not a ramp).
+        The type's baseline moves by the shift, margins kept; the incident resolves as
+        'adapted'. Only windows of the incident count, so a shift is announced once."""
+        stored = self._baselines.get(doc_type)
+        if (
+            rule.compare != "baseline"
+            or stored is None
+            or stored.status != "fitted"
+            or len(st.recent) < rule.adapt_after
+        ):
+            return None
+        now = baseline_at(stored, slot.start_ms)
+        margin = now.threshold - now.center
+        level = _median(st.recent)
+        half = len(st.recent) // 2
+        steady = abs(_median(st.recent[:half]) - _median(st.recent[half:])) <= margin / 2
+        if margin <= 0 or level <= now.threshold or not steady:
+            return None
+        offset = level - now.center
+        moved = _shifted(stored, offset, slot.end_ms)
+        self._baselines[doc_type] = moved
+        self._adapted.add(doc_type)
+        for (d, _), other in self._states.items():
+            if d == doc_type:
+                other.cusum = 0.0  # evidence against the old level means nothing now
+        assert st.open is not None
+        st.open = replace(st.open, adapted_from=now.center, adapted_to=level)
+        return self._resolve(st, slot, "adapted")
+
     def _resolve(self, st: _RunState, slot: _Slot, how: Resolution) -> IncidentChange:
         assert st.open is not None
         incident = replace(st.open, resolved_at_ms=slot.end_ms, resolution=how)
         st.open, st.resolved, st.resolved_slot_ms = None, incident, slot.start_ms
         st.clean_run = st.silent = 0
-        # Evidence banked during the incident must not open the next one.
-        st.cusum = 0.0
+        st.recent = []
         return IncidentChange("resolved", incident, slot.start_ms, slot.window, slot.judgement)
 
 
 def _max_severity(a: Severity, b: Severity) -> Severity:
     return "critical" if "critical" in (a, b) else "warning"
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _shifted(baseline: Baseline, offset: float, at_ms: int) -> Baseline:
+    """``baseline`` moved by ``offset`` (hourly profile too), margins kept, dated ``at_ms``;
+    a version of its own, derived from the one it adapts."""
+
+    def clip(x: float) -> float:
+        return min(1.0, max(0.0, x))
+
+    threshold = clip(baseline.threshold + offset)
+    digest = hashlib.sha256(f"{baseline.version}\x1f{offset!r}\x1f{at_ms}".encode())
+    return baseline.model_copy(
+        update={
+            "version": f"a1-{digest.hexdigest()[:20]}",
+            "fitted_at_ms": max(at_ms, baseline.fitted_at_ms),
+            "center": clip(baseline.center + offset),
+            "threshold": threshold,
+            "critical_threshold": max(threshold, clip(baseline.critical_threshold + offset)),
+            "hourly_center": (
+                [clip(c + offset) for c in baseline.hourly_center]
+                if baseline.hourly_center is not None
+                else None
+            ),
+        }
+    )
 
 
 # --------------------------------------------------------------------------- downstream
@@ -465,6 +587,8 @@ def drift_event(change: IncidentChange, emitted_at_ms: int) -> DriftEvent:
         reasons.append(
             Reason(code="silent", message="no conclusive window: resolved for lack of evidence")
         )
+    if resolved and inc.resolution == "adapted":
+        reasons.append(Reason(code="baseline_adapted", message=adapted_message(inc)))
     evidence = DriftEvidence(
         window_start_ms=w.window_start_ms if w is not None else inc.peak_window_start_ms,
         mean_drift=w.mean_drift if w is not None else inc.peak_mean_drift,
@@ -483,6 +607,14 @@ def drift_event(change: IncidentChange, emitted_at_ms: int) -> DriftEvent:
         emitted_at_ms=emitted_at_ms,
         resolved_at_ms=inc.resolved_at_ms if resolved else None,
         evidence=evidence,
+    )
+
+
+def adapted_message(incident: Incident) -> str:
+    """'medical_report moved from 0.52 to 0.61 and stayed: baseline adapted'."""
+    return (
+        f"{incident.doc_type} moved from {incident.adapted_from or 0.0:.2f} to "
+        f"{incident.adapted_to or 0.0:.2f} and stayed: baseline adapted"
     )
 
 

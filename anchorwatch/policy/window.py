@@ -10,6 +10,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from anchorwatch.contracts import Baseline, Reason, Verdict, WindowAggregate, verdict_id
@@ -111,7 +112,18 @@ def judge_window(
 
     level: BreachLevel = "none"
     mean, n = window.mean_drift, window.request_count
-    if n < min_requests:
+    # A window too small to be trusted at the threshold still counts when it clears the
+    # threshold by ``significance`` standard errors at its own size. Without this, a higher
+    # sensitivity (a wider margin, hence a smaller min_requests) could judge a window the
+    # lower one ignores, and raising a sensitivity must never add alerts.
+    significant = (
+        rule == "baseline"
+        and baseline is not None
+        and n > 0
+        and mean - baseline.center
+        > (baseline.significance or SIGNIFICANCE) * spread_at(baseline, n)
+    )
+    if n < min_requests and not significant:
         if mean > threshold:
             reasons.append(
                 Reason(
@@ -138,7 +150,53 @@ def judge_window(
             )
         )
     reasons.extend(diagnose(window, quality))
+    if rule == "baseline" and baseline is not None:
+        reasons.extend(diagnose_against(window, baseline))
     return Judgement(rule, threshold, critical, min_requests, level, version, reasons)
+
+
+#: Standard errors by which a small window must clear its threshold to count on its own,
+#: for baselines that do not carry the fit's ``significance``.
+SIGNIFICANCE = 3.0
+#: Below this lower bound of a standard error nothing is measurable (see fitting).
+MIN_SPREAD = 1e-4
+
+
+def spread_at(baseline: Baseline, request_count: int) -> float:
+    """Standard error of a window mean over ``request_count`` requests for this type."""
+    typical = max(baseline.typical_request_count, 1.0)
+    return max(baseline.spread, MIN_SPREAD) * math.sqrt(typical / max(request_count, 1))
+
+
+def diagnose_against(window: WindowAggregate, baseline: Baseline) -> list[Reason]:
+    """Data-quality signatures that only show against the type's normal: drift far below it
+    (anchors stripped, snapshots emptied upstream) and drift that stopped varying. They are
+    diagnoses, never drift breaches."""
+    found: list[Reason] = []
+    n = window.request_count
+    if n < baseline.min_requests or n == 0:
+        return found
+    margin = baseline.threshold - baseline.center
+    floor = baseline.center - max(margin, SIGNIFICANCE * spread_at(baseline, n))
+    if margin > 0 and window.mean_drift < floor:
+        found.append(
+            Reason(
+                code="drift_drop",
+                message=f"mean drift {window.mean_drift:.3f} far below this type's normal "
+                f"{baseline.center:.3f} (lower limit {floor:.3f}): anchors stripped or "
+                "snapshots emptied upstream?",
+            )
+        )
+    stddev = window.stddev_drift
+    if stddev is not None and stddev == 0.0 and n >= 3 and baseline.spread > MIN_SPREAD:
+        found.append(
+            Reason(
+                code="flat_line",
+                message=f"all {n} requests had drift exactly {window.mean_drift:.3f}: the "
+                "drift measurement has stopped varying",
+            )
+        )
+    return found
 
 
 def diagnose(window: WindowAggregate, limits: QualityLimits) -> list[Reason]:

@@ -59,7 +59,13 @@ def test_static_rule_is_the_sources_rule(mean: float, n: int, level: str) -> Non
 
 @pytest.mark.parametrize(
     ("mean", "n", "level"),
-    [(0.42, 50, "none"), (0.43, 50, "warning"), (0.56, 50, "critical"), (0.9, 9, "none")],
+    [
+        (0.42, 50, "none"),
+        (0.43, 50, "warning"),
+        (0.56, 50, "critical"),
+        (0.45, 9, "none"),  # above the threshold, too few requests to tell
+        (0.9, 9, "critical"),  # too few for the threshold alone, but 9 standard errors up
+    ],
 )
 def test_baseline_figures_come_from_the_baseline_record(mean: float, n: int, level: str) -> None:
     j = judge_window(window(mean, n), baseline())
@@ -73,9 +79,33 @@ def test_a_hot_type_under_the_static_rule_is_cool_for_its_own_baseline_and_vice_
 
 
 def test_too_few_requests_is_explained_not_raised() -> None:
-    j = judge_window(window(0.9, 3), baseline())
+    # 0.5 over 3 requests: se 0.03 x sqrt(40 / 3) = 0.11, so 0.2 up is under 3 of them.
+    j = judge_window(window(0.5, 3), baseline())
     assert j.breach_level == "none"
     assert [r.code for r in j.reasons] == ["too_few_requests"]
+
+
+def test_a_small_window_counts_when_it_clears_the_threshold_by_its_own_standard_errors() -> None:
+    """min_requests is the size from which the threshold alone decides; a smaller window
+    breaches only when its mean is significance standard errors up at its own size. Both
+    conditions only tighten as the sensitivity rises, so a higher sensitivity never judges
+    a window that a lower one ignores."""
+    assert judge_window(window(0.9, 3), baseline()).breach_level == "critical"
+    assert judge_window(window(0.9, 3), None).breach_level == "none"  # static: min_requests
+
+
+def test_drops_and_flat_lines_are_diagnosed_not_raised() -> None:
+    drop = judge_window(window(0.02, 50), baseline())
+    assert drop.breach_level == "none"
+    assert [r.code for r in drop.reasons] == ["drift_drop"]
+    assert "0.300" in drop.reasons[0].message
+    assert judge_window(window(0.25, 50), baseline()).reasons == []  # within normal
+    flat = judge_window(window(0.3, 50, stddev_drift=0.0), baseline())
+    assert [r.code for r in flat.reasons] == ["flat_line"]
+    assert judge_window(window(0.3, 50, stddev_drift=0.01), baseline()).reasons == []
+    # Too few requests to tell, or no baseline: no diagnosis.
+    assert judge_window(window(0.02, 3), baseline()).reasons == []
+    assert [r.code for r in judge_window(window(0.02, 50), None).reasons] == ["static_rule"]
 
 
 def test_insufficient_history_falls_back_to_static() -> None:
@@ -94,7 +124,13 @@ def test_data_quality_diagnoses() -> None:
         mean_kl_divergence=2.5,
     )
     codes = [r.code for r in judge_window(w, baseline()).reasons]
-    assert codes == ["zero_anchors", "snapshot_disabled", "kl_divergence_spike", "resample_burst"]
+    assert codes == [
+        "zero_anchors",
+        "snapshot_disabled",
+        "kl_divergence_spike",
+        "resample_burst",
+        "drift_drop",  # 0.1 against a normal of 0.3
+    ]
     assert (
         judge_window(
             w,
@@ -103,7 +139,7 @@ def test_data_quality_diagnoses() -> None:
                 zero_anchor_share=0.6, disabled_share=0.6, resample_share=0.6, mean_kl_divergence=3
             ),
         ).reasons
-        == []
+        == judge_window(w, baseline()).reasons[-1:]  # the drop only
     )
 
 
