@@ -31,6 +31,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -263,7 +264,83 @@ def read_labels(source: Path) -> list[Label]:
     return labels
 
 
+# --------------------------------------------------------------------------- shaping
+
+
+@dataclass(frozen=True)
+class Spacing:
+    """How one doc type's rows are spaced, against the window size."""
+
+    rows: int
+    gaps: int  # consecutive rows further apart than one window: silence in between
+    typical_ms: int | None  # median distance between consecutive rows (None: one row)
+
+
+def deduplicate(
+    windows: Sequence[WindowAggregate],
+) -> tuple[list[WindowAggregate], dict[str, int]]:
+    """One row per (doc type, window start): the last one in input order wins, as on a
+    compacted topic. Returns the rows kept (in input order of the winners) and, per type,
+    how many rows were dropped. The fit and the replay both see only the rows kept."""
+    last: dict[tuple[str, int], int] = {}
+    for i, w in enumerate(windows):
+        last[(w.doc_type, w.window_start_ms)] = i
+    dropped: dict[str, int] = defaultdict(int)
+    kept = []
+    for i, w in enumerate(windows):
+        if last[(w.doc_type, w.window_start_ms)] == i:
+            kept.append(w)
+        else:
+            dropped[w.doc_type] += 1
+    return kept, dict(dropped)
+
+
+def spacing(windows: Iterable[WindowAggregate]) -> dict[str, Spacing]:
+    """Per doc type: rows, gaps wider than the rows' own window, and the typical spacing."""
+    by_type: dict[str, list[WindowAggregate]] = defaultdict(list)
+    for w in windows:
+        by_type[w.doc_type].append(w)
+    out = {}
+    for doc_type, ws in by_type.items():
+        ws.sort(key=lambda w: w.window_start_ms)
+        steps = [b.window_start_ms - a.window_start_ms for a, b in pairwise(ws)]
+        gaps = sum(1 for a, b in pairwise(ws) if b.window_start_ms > a.window_end_ms)
+        typical = int(quantile(sorted(steps), 0.5)) if steps else None
+        out[doc_type] = Spacing(len(ws), gaps, typical)
+    return out
+
+
+def rows_as_windows(windows: Sequence[WindowAggregate]) -> list[WindowAggregate]:
+    """Each row as a window lasting its type's typical spacing (the median distance between
+    its consecutive rows): 5-minute samples become 5-minute windows, so consecutive rows are
+    consecutive slots and only a row that is missing counts as silence. A type with a single
+    row keeps its window."""
+    typical = {t: s.typical_ms for t, s in spacing(windows).items()}
+    out = []
+    for w in windows:
+        size = typical.get(w.doc_type)
+        if size and size > 0 and w.window_end_ms - w.window_start_ms != size:
+            w = w.model_copy(update={"window_end_ms": w.window_start_ms + size})
+        out.append(w)
+    return out
+
+
 # --------------------------------------------------------------------------- the replay
+
+
+def fit_cuts(
+    windows: Sequence[WindowAggregate],
+    *,
+    minutes: int | None = None,
+    fraction: float | None = None,
+) -> dict[str, int]:
+    """Each doc type's own fit cut: ``minutes`` after its first window, or ``fraction`` of
+    its own span (rounded down to a whole window of it). Series that start and end at
+    different times each get a prefix to fit on and a rest to replay."""
+    by_type: dict[str, list[WindowAggregate]] = defaultdict(list)
+    for w in windows:
+        by_type[w.doc_type].append(w)
+    return {t: fit_until(ws, minutes=minutes, fraction=fraction) for t, ws in by_type.items()}
 
 
 def fit_until(
@@ -292,44 +369,69 @@ class BacktestResult:
     baselines: dict[str, Baseline]
     fit_windows: int
     replayed_windows: int
-    replay_start_ms: int
+    replay_start_ms: int  # the earliest type's cut
     replay_end_ms: int
     changes: list[IncidentChange] = field(repr=False)
     incidents: list[Incident]
+    cuts: dict[str, int] = field(default_factory=dict)  # each type's own cut
+    ends: dict[str, int] = field(default_factory=dict)  # each type's last replayed window end
 
 
 def backtest(
     windows: Sequence[WindowAggregate],
     policy: PolicyConfig,
     *,
-    fit_until_ms: int,
+    fit_until_ms: int | Mapping[str, int],
     baselines: Mapping[str, Baseline] | None = None,
     fitted_at_ms: int | None = None,
 ) -> BacktestResult:
-    """Fit on the windows that end by ``fit_until_ms`` (unless ``baselines`` are given),
-    replay the windows that start from it. Deterministic: the fit is dated at the cut."""
-    prefix = [w for w in windows if w.window_end_ms <= fit_until_ms]
-    rest = [w for w in windows if w.window_start_ms >= fit_until_ms]
+    """Fit each type on its windows that end by its cut (unless ``baselines`` are given),
+    replay its windows that start from it. ``fit_until_ms``: one cut for every type, or a
+    cut per type (see ``fit_cuts``; a type without one is replayed whole). Deterministic:
+    each fit is dated at its cut. Rows repeating a type's window start: the last one counts,
+    in the fit and the replay alike (``deduplicate``)."""
+    windows, _ = deduplicate(windows)
+    types = {w.doc_type for w in windows}
+    if isinstance(fit_until_ms, int):
+        cuts = dict.fromkeys(types, fit_until_ms)
+    else:
+        first = min((w.window_start_ms for w in windows), default=0)
+        cuts = {t: fit_until_ms.get(t, first) for t in types}
+    prefix = [w for w in windows if w.window_end_ms <= cuts[w.doc_type]]
+    rest = [w for w in windows if w.window_start_ms >= cuts[w.doc_type]]
     fits: dict[str, FitResult] = {}
     if baselines is None:
-        fits = fit_baselines(
-            prefix,
-            policy,
-            fitted_at_ms=fitted_at_ms if fitted_at_ms is not None else fit_until_ms,
-            history_end_ms=fit_until_ms,
-        )
+        by_type: dict[str, list[WindowAggregate]] = defaultdict(list)
+        for w in prefix:
+            by_type[w.doc_type].append(w)
+        for doc_type in sorted(by_type):
+            cut = cuts[doc_type]
+            fits.update(
+                fit_baselines(
+                    by_type[doc_type],
+                    policy,
+                    fitted_at_ms=fitted_at_ms if fitted_at_ms is not None else cut,
+                    history_end_ms=cut,
+                )
+            )
         baselines = {t: f.baseline for t, f in fits.items()}
     tracker = IncidentTracker(policy, baselines)
     changes = tracker.replay(rest)
+    start = min(cuts.values(), default=0)
+    ends: dict[str, int] = {}
+    for w in rest:
+        ends[w.doc_type] = max(ends.get(w.doc_type, w.window_end_ms), w.window_end_ms)
     return BacktestResult(
         fits=fits,
         baselines=dict(baselines),
         fit_windows=len(prefix),
         replayed_windows=len(rest),
-        replay_start_ms=fit_until_ms,
-        replay_end_ms=max((w.window_end_ms for w in rest), default=fit_until_ms),
+        replay_start_ms=start,
+        replay_end_ms=max((w.window_end_ms for w in rest), default=start),
         changes=changes,
         incidents=final_incidents(changes),
+        cuts=cuts,
+        ends=ends,
     )
 
 
@@ -339,6 +441,19 @@ def incident_record(incident: Incident) -> dict[str, Any]:
     record["opened_at"] = _iso(incident.opened_at_ms)
     record["resolved_at"] = _iso(incident.resolved_at_ms) if incident.resolved_at_ms else None
     return record
+
+
+def change_record(change: IncidentChange) -> dict[str, Any]:
+    """The NDJSON line of one state change (opened, updated, reopened, resolved): what
+    changed, the window that caused it (None: a silent slot) and the incident after it."""
+    w = change.window
+    return {
+        "change": change.kind,
+        "window_start_ms": change.window_start_ms,
+        "window_start": _iso(change.window_start_ms),
+        "window": w.model_dump(mode="json", exclude_none=True) if w is not None else None,
+        "incident": incident_record(change.incident),
+    }
 
 
 def _iso(ms: int) -> str:
@@ -425,8 +540,8 @@ def score(
     changes: Sequence[IncidentChange],
     labels: Iterable[Label],
     *,
-    replay_start_ms: int,
-    replay_end_ms: int,
+    replay_start_ms: int | Mapping[str, int],
+    replay_end_ms: int | Mapping[str, int],
     doc_types: int,
     window_ms: int = MINUTE_MS,
     grace_windows: int = 1,
@@ -444,10 +559,24 @@ def score(
     (no delay). Labels cut by either end of the replay are not scored, and alerts raised
     inside them count neither way."""
     grace = grace_windows * window_ms
+    per_type = isinstance(replay_start_ms, Mapping) or isinstance(replay_end_ms, Mapping)
+
+    def start_of(doc_type: str) -> int | None:
+        if isinstance(replay_start_ms, Mapping):
+            return replay_start_ms.get(doc_type)
+        return replay_start_ms
+
+    def end_of(doc_type: str) -> int | None:
+        if isinstance(replay_end_ms, Mapping):
+            return replay_end_ms.get(doc_type)
+        return replay_end_ms
+
+    def replayed(lab: Label) -> bool:
+        start, end = start_of(lab.doc_type), end_of(lab.doc_type)
+        return start is not None and end is not None and start <= lab.start_ms <= lab.end_ms <= end
+
     drift = [lab for lab in labels if lab.kind in positive_kinds]
-    positives = [
-        lab for lab in drift if lab.start_ms >= replay_start_ms and lab.end_ms <= replay_end_ms
-    ]
+    positives = [lab for lab in drift if replayed(lab)]
     cut = [lab for lab in drift if lab not in positives]
 
     def raised_in(alert: Alert, lab: Label) -> bool:
@@ -478,5 +607,18 @@ def score(
             detections.append(Detection(lab, still_open[0], None))
         else:
             missed.append(lab)
-    days = (replay_end_ms - replay_start_ms) / (24 * 60 * MINUTE_MS)
-    return Score(positives, detections, missed, true_alerts, false_alerts, doc_types * days)
+    day = 24 * 60 * MINUTE_MS
+    if not per_type:
+        assert isinstance(replay_start_ms, int)
+        assert isinstance(replay_end_ms, int)
+        type_days = doc_types * (replay_end_ms - replay_start_ms) / day
+    else:
+        # Each type's own replayed span: series of different lengths weigh what they hold.
+        types = set(replay_start_ms) if isinstance(replay_start_ms, Mapping) else set()
+        types |= set(replay_end_ms) if isinstance(replay_end_ms, Mapping) else set()
+        type_days = 0.0
+        for t in types:
+            start, end = start_of(t), end_of(t)
+            if start is not None and end is not None:
+                type_days += max(0, end - start) / day
+    return Score(positives, detections, missed, true_alerts, false_alerts, type_days)

@@ -283,11 +283,15 @@ def show_cmd(
     help="Input format. [default: csv for *.csv, else ndjson]",
 )
 @click.option("--fit-until", help="Fit on windows before this time (epoch ms or ISO 8601).")
-@click.option("--fit-minutes", type=int, help="Fit on the first N minutes of the history.")
+@click.option(
+    "--fit-minutes",
+    type=click.IntRange(min=1),
+    help="Fit each doc type on the first N minutes of its own history.",
+)
 @click.option(
     "--fit-fraction",
     type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    help="Fit on this share of the history's span. [default: 0.5]",
+    help="Fit each doc type on this share of its own history's span. [default: 0.5]",
 )
 @click.option(
     "--baselines",
@@ -315,6 +319,19 @@ def show_cmd(
     "and detection delay.",
 )
 @click.option(
+    "--changes",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="Also write every state change (opened, updated, reopened, resolved, with the "
+    "resolution) with its window here, as NDJSON.",
+)
+@click.option(
+    "--rows-are-windows",
+    is_flag=True,
+    help="Each row is one window lasting its doc type's typical spacing (5-minute samples: "
+    "5-minute windows), so consecutive rows are consecutive windows; without it, rows "
+    "further apart than the window size leave silent windows between them.",
+)
+@click.option(
     "--window-size-s", type=int, help="Window size of rows without window_end. [default: 60]"
 )
 @click.pass_context
@@ -331,6 +348,8 @@ def backtest(
     out: Path,
     baselines_out: Path | None,
     labels: Path | None,
+    changes: Path | None,
+    rows_are_windows: bool,
     window_size_s: int | None,
 ) -> None:
     """Replay a history of window aggregates through the detection policy and write the
@@ -339,9 +358,11 @@ def backtest(
 
     INPUTS are CSV or NDJSON files with the columns doc_type, window_start (epoch ms or
     ISO 8601), count, mean, and optionally window_end and the other window figures; a dump
-    of the verdicts or windows topic (`anchorwatch read`) works as is. Baselines are fitted
-    on a prefix of the history (--fit-until, --fit-minutes or --fit-fraction) and the rest
-    is replayed, or given with --baselines."""
+    of the verdicts or windows topic (`anchorwatch read`) works as is. Many doc types may
+    share a file: each is fitted on a prefix of its own history (--fit-minutes or
+    --fit-fraction of its own span; --fit-until: one time for all) and the rest of it is
+    replayed, or baselines are given with --baselines. Rows repeating a doc type's window
+    start: the last one counts (a warning says how many were dropped)."""
     from anchorwatch import backtest as bt
 
     if bool(inputs) == bool(from_topic):
@@ -354,36 +375,37 @@ def backtest(
     windows = _read_inputs(inputs, fmt, size_ms) if inputs else _read_topic(settings, from_topic)
     if not windows:
         raise AnchorwatchError("the history holds no windows")
+    windows = _shape(bt, windows, size_ms, rows_are_windows=rows_are_windows)
     baselines = bt.read_baselines(baselines_file) if baselines_file is not None else None
-    cut = _time(fit_until, "--fit-until")
+    cut: int | dict[str, int] | None = _time(fit_until, "--fit-until")
     if cut is None:
         if baselines is not None and fit_minutes is None and fit_fraction is None:
             cut = min(w.window_start_ms for w in windows)
         else:
-            cut = bt.fit_until(windows, minutes=fit_minutes, fraction=fit_fraction)
+            cut = bt.fit_cuts(windows, minutes=fit_minutes, fraction=fit_fraction)
 
     result = bt.backtest(windows, settings.policy, fit_until_ms=cut, baselines=baselines)
     if result.replayed_windows == 0:
         raise AnchorwatchError(
-            f"nothing to replay: every window starts before the fit cut {_iso(cut)}"
+            "nothing to replay: every window starts before its type's fit cut "
+            f"(the earliest {_iso(result.replay_start_ms)})"
         )
     if baselines_out is not None:
         from anchorwatch.jobs.baseline_fit import write_baselines
 
         write_baselines(baselines_out, result.baselines.values())
-    lines = [orjson.dumps(bt.incident_record(i)) + b"\n" for i in result.incidents]
-    if str(out) == "-":
-        sys.stdout.buffer.write(b"".join(lines))
-        sys.stdout.flush()
-    else:
-        out.write_bytes(b"".join(lines))
+    _write_lines(out, [bt.incident_record(i) for i in result.incidents])
+    if changes is not None:
+        _write_lines(changes, [bt.change_record(c) for c in result.changes])
 
     fitted = sum(1 for b in result.baselines.values() if b.status == "fitted")
     how = "given" if baselines is not None else f"fitted on {result.fit_windows} windows"
     static = len({w.doc_type for w in windows}) - fitted
+    own = len(set(result.cuts.values())) > 1
     click.echo(
-        f"replayed {result.replayed_windows} windows from {_iso(result.replay_start_ms)} to "
-        f"{_iso(result.replay_end_ms)}; baselines {how}, {fitted} types on their baseline"
+        f"replayed {result.replayed_windows} windows from {_iso(result.replay_start_ms)}"
+        + (" (each type from its own cut)" if own else "")
+        + f" to {_iso(result.replay_end_ms)}; baselines {how}, {fitted} types on their baseline"
         + (f", {static} on the static rule" if static else "")
         + f"; {len(result.incidents)} incidents",
         err=True,
@@ -394,6 +416,47 @@ def backtest(
         click.echo(f"  {doc_type} [{rule}]: {n}", err=True)
     if labels is not None:
         _print_score(bt, result, bt.read_labels(labels), windows, size_ms)
+
+
+def _write_lines(path: Path, records: Sequence[dict[str, Any]]) -> None:
+    data = b"".join(orjson.dumps(r) + b"\n" for r in records)
+    if str(path) == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    else:
+        path.write_bytes(data)
+
+
+def _shown(doc_type: str) -> str:
+    """A doc type from a file, quoted with its control characters escaped."""
+    return orjson.dumps(doc_type).decode()
+
+
+def _shape(
+    bt: Any, windows: list[WindowAggregate], size_ms: int, *, rows_are_windows: bool
+) -> list[WindowAggregate]:
+    """One rule for repeated window starts (the last row counts) for the fit and the
+    replay alike, rows as windows when asked, and a warning per doc type about either."""
+    windows, dropped = bt.deduplicate(windows)
+    for doc_type, n in sorted(dropped.items()):
+        click.echo(
+            f"warning: {_shown(doc_type)}: {n} rows repeat a window start already given; "
+            "the last row for each start counts",
+            err=True,
+        )
+    if rows_are_windows:
+        return list(bt.rows_as_windows(windows))
+    for doc_type, sp in sorted(bt.spacing(windows).items()):
+        if sp.gaps:
+            typical = f"{sp.typical_ms / 1000:g} s" if sp.typical_ms is not None else "-"
+            click.echo(
+                f"warning: {_shown(doc_type)}: {sp.gaps} of {sp.rows} rows come after a gap "
+                f"wider than the {size_ms / 1000:g} s window (typical spacing {typical}); the "
+                "windows in between count as silence (--rows-are-windows: each row is a window "
+                "of the typical spacing)",
+                err=True,
+            )
+    return windows
 
 
 def _read_inputs(inputs: Sequence[Path], fmt: str | None, size_ms: int) -> list[WindowAggregate]:
@@ -423,8 +486,8 @@ def _print_score(
     s = bt.score(
         result.changes,
         labels,
-        replay_start_ms=result.replay_start_ms,
-        replay_end_ms=result.replay_end_ms,
+        replay_start_ms=result.cuts or result.replay_start_ms,
+        replay_end_ms=result.ends or result.replay_end_ms,
         doc_types=len({w.doc_type for w in windows}),
         window_ms=size_ms,
     )

@@ -165,3 +165,112 @@ def test_baseline_fit_refuses_to_fit_into_nowhere(history: tuple[Path, Path]) ->
     result = run("baseline", "fit", "--windows-file", str(windows), "--no-publish")
     assert result.exit_code == 2
     assert "--no-publish needs --out" in result.output
+
+
+# --------------------------------------------------------------------------- own history
+
+
+def _rows(
+    doc_type: str, first_minute: int, n: int, *, step_min: int = 1, jump: range = range(0)
+) -> list[list[object]]:
+    """CSV rows: a steady level with a little noise, raised by 0.3 on the ``jump`` rows."""
+    t0 = 1_764_403_200_000
+    return [
+        [
+            doc_type,
+            t0 + (first_minute + i * step_min) * 60_000,
+            40,
+            f"{0.3 + (i % 5 - 2) * 0.002 + (0.3 if i in jump else 0.0):.4f}",
+        ]
+        for i in range(n)
+    ]
+
+
+def _csv(path: Path, rows: list[list[object]]) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh)
+        out.writerow(["doc_type", "window_start", "count", "mean"])
+        out.writerows(rows)
+    return path
+
+
+def test_many_series_each_fitted_on_its_own_prefix(tmp_path: Path) -> None:
+    path = _csv(
+        tmp_path / "mine.csv",
+        _rows("early", 0, 240) + _rows("late", 1000, 240, jump=range(200, 206)),
+    )
+    fitted = tmp_path / "baselines.ndjson"
+    out = tmp_path / "incidents.ndjson"
+    result = run(
+        "backtest", str(path), "--fit-fraction", "0.5", "--baselines-out", str(fitted),
+        "--out", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    baselines = {b["doc_type"]: b for b in map(orjson.loads, fitted.read_bytes().splitlines())}
+    assert {t: b["status"] for t, b in baselines.items()} == {"early": "fitted", "late": "fitted"}
+    assert baselines["late"]["history_end_ms"] == 1_764_403_200_000 + 1120 * 60_000
+    assert "each type from its own cut" in result.output
+    [incident] = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert incident["doc_type"] == "late"
+
+
+def test_rows_wider_apart_than_the_window_are_warned_about_once_per_type(
+    tmp_path: Path,
+) -> None:
+    path = _csv(
+        tmp_path / "five.csv",
+        _rows("five_min", 0, 160, step_min=5) + _rows('"odd" type', 0, 160, step_min=5),
+    )
+    result = run("backtest", str(path))
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2
+    assert warnings[1].startswith('warning: "five_min": 159 of 160 rows come after a gap')
+    assert "typical spacing 300 s" in warnings[1]
+    assert warnings[0].startswith('warning: "\\"odd\\" type": 159 of 160')  # quoted
+    quiet = run("backtest", str(path), "--rows-are-windows")
+    assert quiet.exit_code == 0, quiet.output
+    assert "warning:" not in quiet.output
+
+
+def test_rows_are_windows_judges_five_minute_samples_as_consecutive_windows(
+    tmp_path: Path,
+) -> None:
+    path = _csv(tmp_path / "five.csv", _rows("five_min", 0, 160, step_min=5, jump=range(120, 126)))
+    changes = tmp_path / "changes.ndjson"
+    result = run("backtest", str(path), "--rows-are-windows", "--changes", str(changes))
+    assert result.exit_code == 0, result.output
+    records = [orjson.loads(line) for line in changes.read_bytes().splitlines()]
+    opened = next(r for r in records if r["change"] == "opened")
+    assert opened["window"]["window_end_ms"] - opened["window"]["window_start_ms"] == 300_000
+
+
+def test_repeated_window_starts_are_warned_about_and_the_last_row_counts(
+    tmp_path: Path,
+) -> None:
+    rows = _rows("nda", 0, 240)
+    # The replayed half once more, first with a breaching figure: the later row wins.
+    doubled = [[*r[:3], "0.9500"] for r in rows[120:]] + rows
+    path = _csv(tmp_path / "dup.csv", doubled)
+    out = tmp_path / "incidents.ndjson"
+    result = run("backtest", str(path), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert 'warning: "nda": 120 rows repeat a window start already given' in result.output
+    assert out.read_bytes() == b""
+
+
+def test_changes_lists_every_state_change_with_its_window(tmp_path: Path) -> None:
+    path = _csv(tmp_path / "jump.csv", _rows("nda", 0, 240, jump=range(200, 206)))
+    changes, out = tmp_path / "changes.ndjson", tmp_path / "incidents.ndjson"
+    result = run("backtest", str(path), "--changes", str(changes), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    records = [orjson.loads(line) for line in changes.read_bytes().splitlines()]
+    assert records[0]["change"] == "opened"
+    assert records[-1]["change"] == "resolved"
+    assert records[-1]["incident"]["resolution"] in ("clean", "silent")
+    for r in records:
+        assert r["window_start"].endswith("Z")
+        assert r["incident"]["doc_type"] == "nda"
+    # The incidents file still holds each incident once, in its final state.
+    [incident] = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert incident == records[-1]["incident"]
