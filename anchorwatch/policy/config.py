@@ -76,7 +76,7 @@ class RuleConfig(Section):
         le=1440,
         description="Consecutive critical windows that open an incident (or escalate an "
         "open one to critical). 2: a single window, however high, is never enough: real "
-        "series have heavy-tailed one-window spikes.",
+        "series have heavy-tailed one-window spikes. Defaults to open_after when that is 1.",
     )
     resolve_after: int = Field(
         3, ge=1, le=1440, description="Consecutive clean windows that resolve an incident."
@@ -118,6 +118,16 @@ class RuleConfig(Section):
         description="Pool evidence across windows (CUSUM) so sparse types are judged too; "
         "baseline rules only.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _critical_default(cls, data: Any) -> Any:
+        # The default (2) follows a smaller open_after: open_after = 1 alone is valid.
+        if isinstance(data, Mapping) and "open_after_critical" not in data:
+            after = data.get("open_after", 2)
+            if isinstance(after, int) and after < 2:
+                return {**data, "open_after_critical": after}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

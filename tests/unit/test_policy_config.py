@@ -98,3 +98,10 @@ def test_rules_from_the_environment_are_json(monkeypatch: pytest.MonkeyPatch) ->
     )
     rule = BaselineSettings.load().policy.rule("drift")
     assert rule == RuleConfig(name="drift", resolve_after=5, pooling=False)
+
+
+def test_open_after_critical_follows_a_smaller_open_after_unless_set() -> None:
+    assert RuleConfig(name="a").open_after_critical == 2
+    assert RuleConfig(name="a", open_after=1).open_after_critical == 1
+    with pytest.raises(ValueError, match="open_after_critical"):
+        RuleConfig(name="a", open_after=1, open_after_critical=2)
