@@ -1,8 +1,9 @@
 """Jira: one ticket per incident, found again by its hash label, never duplicated.
 
 ``open_or_reopen`` searches first, with one quoted JQL query, for the incident's own ticket
-(its ``aw-<hash>`` label) or a ticket of the same doc type that is still open or was resolved
-within the reopen window; it reuses, reopens (transition by name) or creates accordingly.
+(its ``aw-<hash>`` label, the ticket's identity) or a ticket of exactly the same doc type
+(its ``doc-...-<hash>`` label) resolved within the reopen window; it reuses, reopens
+(transition by name) or creates accordingly. Another incident's open ticket is never shared.
 Each attempt of it searches again, so a retry after an ambiguous failure (a timeout after
 Jira created the ticket) finds the ticket instead of creating a second one; a lost local
 state is covered the same way. ``comment`` is rate-limited per ticket; ``resolve`` comments
@@ -61,8 +62,8 @@ _SEARCH_FIELDS = "status,labels,resolutiondate,created"
 @dataclass(frozen=True)
 class JiraTicket:
     key: str
-    #: existing: the incident's open ticket (or an open one of the same doc type);
-    #: reopened: a recently resolved one, transitioned back; created: a new ticket.
+    #: existing: the incident's open ticket; reopened: its own or a recently resolved one of
+    #: the same doc type, transitioned back; created: a new ticket.
     action: Literal["existing", "reopened", "created"]
 
 
@@ -91,18 +92,20 @@ def outcome_of(exc: Exception) -> Retryable | Permanent | None:
 
 
 def find_jql(project: str, incident: IncidentView, reopen_window_s: int) -> str:
-    """The incident's own ticket, or one of its doc type that is open or resolved within
-    the reopen window. Every value is a quoted JQL string."""
+    """The incident's own ticket (its ``aw-`` hash label: the ticket's identity), or, for a
+    recurrence, a ticket of exactly the same doc type (its hash label) resolved within the
+    reopen window. An open ticket of another incident is never a match: it would share a
+    ticket that the other incident's resolution closes. Every value is a quoted JQL string."""
     own = f"labels = {jql_quote(incident_label(incident.incident_id))}"
+    if reopen_window_s <= 0:
+        return f"project = {jql_quote(project)} AND {own} ORDER BY created DESC"
+    minutes = math.ceil(reopen_window_s / 60)
     doc_label = jql_quote(doc_type_label(incident.doc_type))
-    same_type = f"labels = {jql_quote(LABEL_ALERT)} AND labels = {doc_label}"
-    not_done = f"statusCategory != {jql_quote('Done')}"
-    if reopen_window_s > 0:
-        minutes = math.ceil(reopen_window_s / 60)
-        same_type += f" AND ({not_done} OR resolutiondate >= -{minutes}m)"
-    else:
-        same_type += f" AND {not_done}"
-    return f"project = {jql_quote(project)} AND ({own} OR ({same_type})) ORDER BY created DESC"
+    recent = (
+        f"labels = {jql_quote(LABEL_ALERT)} AND labels = {doc_label}"
+        f" AND statusCategory = {jql_quote('Done')} AND resolutiondate >= -{minutes}m"
+    )
+    return f"project = {jql_quote(project)} AND ({own} OR ({recent})) ORDER BY created DESC"
 
 
 def _fields(issue: Issue) -> dict[str, Any]:
@@ -206,21 +209,25 @@ class JiraNotifier:
     ) -> JiraTicket:
         s = self._settings
         label = incident_label(incident.incident_id)
+        doc_label = doc_type_label(incident.doc_type)
         issues = self._search(client, find_jql(s.project, incident, s.reopen_window_s))
         own = [i for i in issues if label in (_fields(i).get("labels") or [])]
-        open_ = [i for i in issues if not _is_done(i)]
-        ranked = sorted(own, key=_is_done) + open_ + [i for i in issues if _is_done(i)]
-        seen: set[str] = set()
-        for issue in ranked:
-            if issue.key in seen:
-                continue
-            seen.add(issue.key)
+        own_keys = {i.key for i in own}
+        # Labels compare exactly here: a search may match labels case-insensitively.
+        recurred = [
+            i
+            for i in issues
+            if i.key not in own_keys
+            and _is_done(i)
+            and doc_label in (_fields(i).get("labels") or [])
+        ]
+        for issue in sorted(own, key=_is_done) + recurred:
             reopened = False
             if _is_done(issue):
                 reopened = self._reopen(client, issue.key)
                 if not reopened:
                     continue
-            if issue.key not in {i.key for i in own}:
+            if issue.key not in own_keys:
                 # A recurrence: tag the ticket with this incident too, and say so, in one edit
                 # (so a retry never writes the comment twice).
                 issue.update(

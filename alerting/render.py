@@ -4,9 +4,10 @@ comments and labels, JQL quoting. Pure: no I/O, no client library, no clock.
 Doc types come from request headers: untrusted. Everything shown from them passes through
 one of the escapers here: Slack (``&``, ``<``, ``>`` as entities so ``<!channel>`` is text,
 bare ``@here``/``@channel`` broken, shown as inline code so ``*``/``_``/``~`` cannot
-format), Jira wiki markup (backslash escapes), JQL (double-quoted string literal), Jira
-labels (no spaces; a hash suffix keeps sanitised labels distinct). Invisible and
-bidirectional-override characters are replaced so nothing reorders or hides text.
+format), Jira wiki markup (backslash escapes, character references where Jira has no
+escape), JQL (double-quoted string literal), Jira labels (no spaces; always a hash of the
+exact doc type, so two types never share one). Invisible and bidirectional-override
+characters are replaced so nothing reorders or hides text.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ SLACK_TEXT_MAX = 40_000
 LABEL_ALERT = "drift-alert"
 INCIDENT_LABEL_PREFIX = "aw-"
 DOC_LABEL_PREFIX = "doc-"
+#: 64 bits: finding another text with the same label costs about 2**64 hashes.
+DOC_LABEL_HASH_HEX = 16
 DEFAULT_SUMMARY_TEMPLATE = "[URGENT] Drift Alert: {doc_type} - Score {avg_drift}"
 SUMMARY_FIELDS = frozenset(
     {"doc_type", "avg_drift", "severity", "severity_upper", "threshold", "incident_label"}
@@ -93,6 +96,7 @@ class SlackMessage:
 
 _MENTION = re.compile(r"@(?=(?:channel|here|everyone)\b)", re.IGNORECASE)
 _WORD_JOINER = "\u2060"
+_LINE_BREAKS = re.compile(r"[\r\n\u0085\u2028\u2029]")
 
 
 def clean_text(text: str) -> str:
@@ -150,15 +154,25 @@ def safe_url(url: str | None) -> str | None:
     return quote(url.strip(), safe=":/?#@!$&'()*+,;=%-._~")
 
 
-_WIKI_SPECIAL = re.compile(r"([\\*_?+^~{}\[\]|!#\-])")
+#: The characters Jira's renderer lets a backslash escape (its BackslashEscapeRendererComponent
+#: and the Cloud converter use this set): each is written as ``\X``, so ``*bold*``, ``{macro}``,
+#: ``[link]``, ``[~mention]``, ``|table|``, ``!image!`` and ``(!)``-style icons cannot form.
+WIKI_ESCAPABLE = frozenset("-#*_+?^~|%{}[]()!@")
+#: Markup characters that have no backslash escape, written as numeric character references
+#: (which Jira's renderer keeps as they are): ``\`` (``\\`` is a line break and ``\X`` an
+#: escape) and ``:`` (``http://`` and the other URL schemes become links; ``:P``, ``:D`` icons).
+_WIKI_REFERENCE = {"\\": "&#92;", ":": "&#58;"}
+#: ``&`` that would start a character reference (``&#92;``, ``&amp;``) is itself written as one.
+_REFERENCE_LIKE = re.compile(r"&(?=#?[A-Za-z0-9]+;)")
 
 
 def jira_escape(text: str) -> str:
-    """Text safe for Jira wiki markup (REST v2 descriptions and comments): every markup
-    character backslash-escaped, so ``[~user]`` mentions, ``{code}`` macros, tables and
-    links cannot be formed; newlines become spaces."""
-    flat = clean_text(text.replace("\n", " ").replace("\r", " "))
-    return _WIKI_SPECIAL.sub(r"\\\1", flat)
+    """Untrusted text shown literally in Jira wiki markup (REST v2 descriptions and
+    comments): every markup character backslash-escaped as Jira documents, the ones it has
+    no escape for as character references; line breaks become spaces."""
+    flat = clean_text(_LINE_BREAKS.sub(" ", text))
+    flat = _REFERENCE_LIKE.sub("&amp;", flat)
+    return "".join("\\" + c if c in WIKI_ESCAPABLE else _WIKI_REFERENCE.get(c, c) for c in flat)
 
 
 def jql_quote(value: str) -> str:
@@ -183,15 +197,14 @@ def incident_label(incident_id: str) -> str:
 
 
 def doc_type_label(doc_type: str) -> str:
-    """A browsable, deterministic label for the doc type. Jira labels cannot hold spaces:
-    anything outside ``[A-Za-z0-9._-]`` becomes ``_``; when that changed the text (or it
-    had to be cut) an 8-hex hash of the original is appended, so two types never share
-    a label by sanitising."""
-    clean = re.sub(r"[^A-Za-z0-9._-]+", "_", doc_type).strip("_")[:48]
-    if clean != doc_type:
-        digest = hashlib.sha256(doc_type.encode()).hexdigest()[:8]
-        clean = f"{clean}-{digest}" if clean else digest
-    return DOC_LABEL_PREFIX + clean
+    """A browsable, deterministic, injective label for the doc type:
+    ``doc-<readable prefix>-<16 hex>``. The prefix (anything outside ``[A-Za-z0-9._-]`` as
+    ``_``, at most 40 characters) is for people only; the hash of the exact doc type is
+    always there, because a sanitised text can equal another type's name (``a b!`` and
+    ``a_b``, or a type that spells out another's old label)."""
+    prefix = re.sub(r"[^A-Za-z0-9._-]+", "_", doc_type).strip("_")[:40]
+    digest = hashlib.sha256(doc_type.encode()).hexdigest()[:DOC_LABEL_HASH_HEX]
+    return f"{DOC_LABEL_PREFIX}{prefix}-{digest}" if prefix else DOC_LABEL_PREFIX + digest
 
 
 def jira_labels(view: IncidentView) -> list[str]:

@@ -4,6 +4,7 @@ decoding the tickets the server holds. Retries run on a fake clock."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -80,7 +81,12 @@ def test_one_ticket_with_summary_labels_priority_and_evidence(
     (issue,) = issues(jira)
     f = issue["fields"]
     assert f["summary"] == "[URGENT] Drift Alert: purchase_contract - Score 0.912"
-    assert f["labels"] == ["drift-alert", "doc-purchase_contract", incident_label("inc-1")]
+    assert f["labels"] == [
+        "drift-alert",
+        doc_type_label("purchase_contract"),
+        incident_label("inc-1"),
+    ]
+    assert re.fullmatch(r"doc-purchase_contract-[0-9a-f]{16}", f["labels"][1])
     assert f["priority"]["name"] == "Highest"
     assert f["issuetype"]["name"] == "Task"
     assert f["status"]["name"] == "To Do"
@@ -157,18 +163,20 @@ def test_recurrence_after_the_window_opens_a_new_ticket(
     assert len(issues(jira)) == 2
 
 
-def test_a_still_open_ticket_of_the_same_type_takes_the_recurrence(
-    jira: LocalJira, clock: ManualClock
-) -> None:
-    n = notifier(jira, clock, reopen_window_s=0)
+def test_another_incidents_open_ticket_is_never_shared(jira: LocalJira, clock: ManualClock) -> None:
+    # Two incidents of one type open at once (two rules, or the first one's resolution not
+    # delivered yet): a shared ticket would be closed by the first resolution while the
+    # second is still open. Each gets its own.
+    n = notifier(jira, clock, reopen_window_s=3600)
     first = n.open_or_reopen(view())
     second = n.open_or_reopen(view(incident_id="inc-2"))
-    assert second.key == first.key
-    assert second.action == "existing"
-    (issue,) = issues(jira)
-    assert incident_label("inc-2") in issue["fields"]["labels"]
-    # Another type never shares it.
-    assert n.open_or_reopen(view("invoice", incident_id="inc-3")).key == "OPS-2"
+    assert (second.key, second.action) == ("OPS-2", "created")
+    n.resolve(first.key, view(state="resolved", resolved_at_ms=1_767_623_460_000))
+    by_key = {i["key"]: i for i in issues(jira)}
+    assert by_key[first.key]["fields"]["status"]["name"] == "Done"
+    assert by_key[second.key]["fields"]["status"]["name"] == "To Do"
+    assert by_key[second.key]["comments"] == []
+    assert incident_label("inc-2") not in by_key[first.key]["fields"]["labels"]
 
 
 def test_missing_reopen_transition_is_logged_and_a_new_ticket_opened(
@@ -337,12 +345,12 @@ def test_hostile_doc_types_make_valid_jql_labels_and_summaries(
     incident = view(doc_type[:512])
     first = n.open_or_reopen(incident)
     assert n.open_or_reopen(incident).key == first.key  # the JQL search found it
+    assert n.resolve(first.key, replace(incident, state="resolved")).transitioned
     second = n.open_or_reopen(replace(incident, incident_id="inc-2"))
-    assert second.key == first.key  # ... and by the doc-type label
+    assert (second.key, second.action) == (first.key, "reopened")  # ... by the doc-type label
     (issue,) = issues(jira)
     assert issue["fields"]["labels"][1] == doc_type_label(doc_type[:512])
     assert len(issue["fields"]["summary"]) <= 255
-    assert n.resolve(first.key, replace(incident, state="resolved")).transitioned
     assert all(c["status"] < 400 for c in calls(jira))
 
 
@@ -379,3 +387,25 @@ def test_a_jira_that_is_not_there_is_retried_then_reported(clock: ManualClock) -
     with pytest.raises(RetryableError, match="connection error"):
         n.open_or_reopen(view())
     assert clock.sleeps == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("reopen_window_s", [3600, 0])
+def test_a_type_spelling_another_types_old_label_cannot_touch_its_ticket(
+    jira: LocalJira, clock: ManualClock, reopen_window_s: int
+) -> None:
+    # "victim_two-658958e2" is what "victim two!" sanitised to, with its hash, under the old
+    # labels: they shared the label, so the crafted type's incident took over the victim's
+    # open ticket and its resolution closed it.
+    n = notifier(jira, clock, reopen_window_s=reopen_window_s)
+    victim = n.open_or_reopen(view("victim two!", incident_id="inc-victim"))
+    before = {i["key"]: i for i in issues(jira)}[victim.key]
+    crafted = view("victim_two-658958e2", incident_id="inc-crafted")
+    ticket = n.open_or_reopen(crafted)
+    assert (ticket.key, ticket.action) != (victim.key, "existing")
+    assert n.resolve(ticket.key, replace(crafted, state="resolved")).transitioned
+    # A recurrence of the crafted type does not find the victim's ticket either.
+    again = n.open_or_reopen(replace(crafted, incident_id="inc-crafted-2"))
+    assert again.key != victim.key
+    after = {i["key"]: i for i in issues(jira)}[victim.key]
+    assert after == before  # open, same labels, no comment, no transition
+    assert after["fields"]["status"]["name"] == "To Do"
