@@ -158,21 +158,26 @@ def safe_url(url: str | None) -> str | None:
 #: and the Cloud converter use this set): each is written as ``\X``, so ``*bold*``, ``{macro}``,
 #: ``[link]``, ``[~mention]``, ``|table|``, ``!image!`` and ``(!)``-style icons cannot form.
 WIKI_ESCAPABLE = frozenset("-#*_+?^~|%{}[]()!@")
-#: Markup characters that have no backslash escape, written as numeric character references
-#: (which Jira's renderer keeps as they are): ``\`` (``\\`` is a line break and ``\X`` an
-#: escape) and ``:`` (``http://`` and the other URL schemes become links; ``:P``, ``:D`` icons).
-_WIKI_REFERENCE = {"\\": "&#92;", ":": "&#58;"}
-#: ``&`` that would start a character reference (``&#92;``, ``&amp;``) is itself written as one.
-_REFERENCE_LIKE = re.compile(r"&(?=#?[A-Za-z0-9]+;)")
+#: What is markup in Jira wiki text: the escapable characters; ``\`` (``\\`` is a line break,
+#: ``\X`` an escape) and ``:`` unless a space follows (``http:``, ``mailto:`` and the other URL
+#: schemes become links; ``:P``, ``:D`` icons), which have no escape and are written as
+#: numeric character references (Jira's renderer keeps those as they are); ``&`` that would
+#: start a reference (``&#92;``, ``&amp;``), written as ``&amp;``.
+_WIKI_MARKUP = re.compile(r"[-#*_+?^~|%{}\[\]()!@\\]|:(?!\s)|&(?=#?[A-Za-z0-9]+;)")
+
+
+def _wiki_literal(match: re.Match[str]) -> str:
+    c = match.group()
+    if c in WIKI_ESCAPABLE:
+        return "\\" + c
+    return "&amp;" if c == "&" else f"&#{ord(c)};"
 
 
 def jira_escape(text: str) -> str:
     """Untrusted text shown literally in Jira wiki markup (REST v2 descriptions and
     comments): every markup character backslash-escaped as Jira documents, the ones it has
     no escape for as character references; line breaks become spaces."""
-    flat = clean_text(_LINE_BREAKS.sub(" ", text))
-    flat = _REFERENCE_LIKE.sub("&amp;", flat)
-    return "".join("\\" + c if c in WIKI_ESCAPABLE else _WIKI_REFERENCE.get(c, c) for c in flat)
+    return _WIKI_MARKUP.sub(_wiki_literal, clean_text(_LINE_BREAKS.sub(" ", text)))
 
 
 def jql_quote(value: str) -> str:
