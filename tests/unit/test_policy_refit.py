@@ -66,7 +66,7 @@ def test_history_is_bounded_by_event_time() -> None:
 def test_windows_inside_an_open_incident_are_left_out() -> None:
     h = history()
     for i in range(20):
-        h.add(window(i, 0.9 if 12 <= i else 0.3))
+        h.add(window(i, 0.9 if i >= 12 else 0.3))
     h.incident("a", "i1", first_breach_ms=T0 + 12 * MIN, resolved_at_ms=None, resolution=None)
     for i in range(20, 25):
         h.add(window(i, 0.9))
