@@ -13,7 +13,8 @@ Per doc type and rule, every window slot (one window length of event time) is cl
   or below threshold whose pooled evidence is under the limit;
 - inconclusive: no window in the slot (no traffic), or too few requests and no pooling.
 
-An incident opens after ``open_after`` consecutive breaching slots (``open_after_critical``
+An incident opens after ``open_after`` consecutive breaching slots (inconclusive slots
+neither count nor break a run, up to ``resolve_when_silent`` of them) (``open_after_critical``
 critical ones), or at once when pooled evidence crosses its limit (the limit is already
 evidence gathered over several windows). It resolves after ``resolve_after`` clean slots with
 no breach between them (inconclusive slots neither count nor break that run: sparse types
@@ -101,6 +102,7 @@ class _RunState:
     run: int = 0  # consecutive breaching slots
     critical_run: int = 0
     run_start_ms: int | None = None
+    gap: int = 0  # inconclusive slots since the run's last breach
     run_peak: float = 0.0
     run_peak_ms: int = 0
     clean_run: int = 0  # clean slots since the last breach, while open
@@ -373,11 +375,17 @@ class IncidentTracker:
                 st.run_start_ms, st.run_peak, st.run_peak_ms = slot.start_ms, -1.0, slot.start_ms
             st.run += 1
             st.critical_run = st.critical_run + 1 if slot.state == "critical" else 0
+            st.gap = 0
             if mean is not None and mean > st.run_peak:
                 st.run_peak, st.run_peak_ms = mean, slot.start_ms
+        elif slot.state == "inconclusive" and st.gap < rule.resolve_when_silent:
+            # No traffic, or too few requests to judge: neither counts nor breaks a run, so
+            # a sparse type, or rows sampled every few windows, can still show a sustained
+            # breach; after resolve_when_silent such slots the run is forgotten.
+            st.gap += 1
         else:
-            # Any slot that is not a breach ends a run: "consecutive" means in event time.
-            st.run = st.critical_run = 0
+            # A judged window that is no breach ends a run.
+            st.run = st.critical_run = st.gap = 0
 
         if st.open is None:
             opens = breach and (
