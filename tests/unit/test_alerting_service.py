@@ -74,11 +74,17 @@ class RecordingEvents:
         return {e.id: Delivered("sent") for e in entries}
 
 
+#: The lifecycle escalates on its first critical window: these tests are about delivering
+#: an escalation, not about how much evidence one takes (the policy's tests are).
+POLICY = {"rules": [{"name": "drift", "open_after_critical": 1}]}
+
+
 def settings_for(
     tmp_path: Path, slack: LocalSlack | None, jira: LocalJira | None, **alerting: Any
 ) -> AlertingSettings:
     return AlertingSettings.load(
         alerting={"state_dir": tmp_path / "state", "update_interval_s": 120, **alerting},
+        policy=POLICY,
         slack=(
             {"mode": "bot", "api_url": slack.api_url, "bot_token": TOKEN}
             if slack
@@ -336,7 +342,8 @@ def test_the_open_incident_is_visible_while_it_lasts(
 
 
 def test_decisions_do_not_depend_on_where_batches_end(tmp_path: Path, clock: ManualClock) -> None:
-    verdicts = lifecycle("a") + lifecycle("b", first_minute=2) + lifecycle("a", first_minute=20)
+    # The second incident of "a" comes after the policy's re-open span: a new incident.
+    verdicts = lifecycle("a") + lifecycle("b", first_minute=2) + lifecycle("a", first_minute=50)
     outboxes = []
     for batch_max in (1, 7, 500):
         settings = settings_for(tmp_path / str(batch_max), None, None)
@@ -646,6 +653,7 @@ def test_webhook_mode_sends_one_message_per_change(tmp_path: Path, clock: Manual
     with LocalSlack() as slack:
         settings = AlertingSettings.load(
             alerting={"state_dir": tmp_path / "state", "update_interval_s": 120},
+            policy=POLICY,
             slack={"mode": "webhook", "webhook_url": slack.webhook_url},
         )
         h = Harness(settings, clock)
