@@ -230,7 +230,7 @@ class GeneratedRecord:
 
 @dataclass(frozen=True, slots=True)
 class KongHeaderNames:
-    """Request headers that carry the snapshot in a Kong http-log entry."""
+    """Headers that carry the snapshot in a Kong http-log entry."""
 
     doc_type: str = "x-anthropic-doc-type"
     snapshot_status: str = "x-anthropic-snapshot-status"
@@ -578,7 +578,8 @@ def to_kong_entry(
 ) -> dict[str, Any]:
     """The object Kong's http-log plugin would have posted for ``event``'s request.
 
-    The snapshot travels in request headers (string values, as Kong logs them); sizes,
+    The caller declares the doc type on its request; the upstream's measurements (status,
+    anchor count, snapshot log) arrive on the response (string values, as Kong logs them); sizes,
     latencies and the client address are drawn from a stream seeded by the event id, so the
     same event always gives the same entry.
     """
@@ -603,9 +604,6 @@ def to_kong_entry(
                 "user-agent": "anchorwatch-generator/1",
                 headers.request_id: event.event_id,
                 headers.doc_type: event.doc_type,
-                headers.snapshot_status: event.snapshot_status,
-                headers.anchor_count: str(event.anchor_count),
-                headers.snapshot_log: snapshot_log,
             },
         },
         "upstream_uri": "/v1/messages",
@@ -619,6 +617,9 @@ def to_kong_entry(
                 "x-kong-proxy-latency": str(kong),
                 "via": "kong/3.9.0",
                 headers.request_id: event.event_id,
+                headers.snapshot_status: event.snapshot_status,
+                headers.anchor_count: str(event.anchor_count),
+                headers.snapshot_log: snapshot_log,
             },
         },
         "started_at": event.event_time_ms,

@@ -12,8 +12,14 @@ class SnapshotReader:
         anchor_count: str,
         snapshot_log: str,
         request_id: str,
-        locations: list[str],
+        doc_type_locations: list[str],
+        measurement_locations: list[str],
+        request_id_locations: list[str],
         accepted: type[Accepted],
     ) -> None: ...
-    def kong(self, body: bytes, source: str) -> list[Accepted | None] | None: ...
-    def ndjson_line(self, line: bytes, source: str) -> Accepted | None: ...
+    def kong(
+        self, body: bytes, source: str, earliest_ms: int, latest_ms: int
+    ) -> list[Accepted | None] | None: ...
+    def ndjson_line(
+        self, line: bytes, source: str, earliest_ms: int, latest_ms: int
+    ) -> Accepted | None: ...

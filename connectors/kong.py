@@ -4,51 +4,79 @@ Kong's http-log plugin posts its log serializer's object for each request (``req
 ``response``, ``started_at``, ``latencies``, ``service``, ``route``, ...), or an array of
 them when it batches. The snapshot travels in headers; how each field is found:
 
+- Who is trusted for what. The caller declares its document type on the request; the
+  measurements (``snapshot_status``, ``anchor_count``, the snapshot log) are produced by
+  the upstream model server and arrive on the response. Any client can put any header on
+  its request, so each header is read only from the locations configured for it
+  (``KongFormat.doc_type_locations``, ``measurement_locations``); a snapshot header found
+  anywhere else is ignored and counted (``KongNotes.ignored``), never used.
 - ``doc_type``, ``snapshot_status``, ``anchor_count``: the configured header names, looked up
-  case-insensitively in ``request.headers`` then ``response.headers`` (configurable). A
-  header Kong logged as a list (the header was repeated) is accepted when every value is the
-  same after trimming whitespace, and rejected naming the conflicting values otherwise: two
-  different doc types for one request is a gateway bug, and picking one would hide it.
+  case-insensitively. A header Kong logged as a list (the header was repeated), or present
+  under several casings, is accepted when every value is the same after trimming
+  whitespace, and rejected naming the conflicting values otherwise: two different doc types
+  for one request is a gateway bug, and picking one would hide it.
 - ``anchors``: the snapshot-log header, JSON: an array of anchor objects, or one object. A
   repeated header is read as consecutive parts of the log, in order. It is required when the
   status is ``active`` and the count is above 0 (a missing log there is a misconfiguration,
   not a request without anchors: accepting it would fake the "stuck at zero" signature).
-- ``event_time_ms``: ``started_at`` (epoch milliseconds, as Kong logs it).
-- ``event_id``: the request-id header (default ``x-request-id``); without it, Kong's own
-  ``request.id`` (logged since Kong 3.5); without either, a hash of the entry's canonical
-  JSON, so a batch that Kong retries maps to the same ids and consumers can still dedupe.
+- ``event_time_ms``: ``started_at`` (epoch milliseconds, as Kong logs it), within the
+  ingest's time window when one is given (``validation.TimeWindow``).
+- ``event_id``: the request-id header (default ``x-request-id``); without a usable one
+  (absent, repeated with different values, or not a valid identifier: it is not a
+  measurement, so it never costs the snapshot), Kong's own ``request.id`` (logged since Kong
+  3.5); without either, a hash of the entry's canonical JSON, so a batch that Kong retries
+  maps to the same ids and consumers can still dedupe.
 
-Problems name the entry's own field, e.g. ``request.headers.x-anthropic-anchor-count: not
-an integer: 'twelve'`` or ``request.headers.x-anthropic-snapshot-log[2].drift_score: Input
+Problems name the entry's own field, e.g. ``response.headers.x-anthropic-anchor-count: not
+an integer: 'twelve'`` or ``response.headers.x-anthropic-snapshot-log[2].drift_score: Input
 should be less than or equal to 1``.
+
+A batch whose top-level array is intact but holds an entry that is not JSON (a byte that is
+not UTF-8, a NaN, nesting past the parser's depth limit) is split into its entries
+(``split_entries``) so that the bad one alone is dead-lettered (``unreadable_entry``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
+from pydantic import TypeAdapter, ValidationError
 
-from anchorwatch.connectors.validation import Accepted, snapshot_record
+from anchorwatch.connectors.validation import Accepted, TimeWindow, snapshot_record
 from anchorwatch.contracts import ContractError, FieldProblem
+from anchorwatch.contracts.models import Identifier
 
 RECORD: Final = "Kong http-log entry"
 _SHOWN_VALUE_CHARS: Final = 60
+_IDENTIFIER: Final = TypeAdapter(Identifier)
+#: How the reason of an entry that is not JSON starts (its field is any key a client sent).
+NOT_JSON: Final = "entry is not JSON"
+
+
+LOCATIONS: Final = ("request", "response")
 
 
 @dataclass(frozen=True, slots=True)
 class KongFormat:
-    """Which headers carry the snapshot, and where to look for them. Names in lower case."""
+    """Which headers carry the snapshot, and where each is trusted, in lookup order. Names
+    in lower case."""
 
     doc_type: str = "x-anthropic-doc-type"
     snapshot_status: str = "x-anthropic-snapshot-status"
     anchor_count: str = "x-anthropic-anchor-count"
     snapshot_log: str = "x-anthropic-snapshot-log"
     request_id: str = "x-request-id"
-    locations: tuple[str, ...] = ("request", "response")
+    # The caller declares its doc type; the upstream produces the measurements.
+    doc_type_locations: tuple[str, ...] = ("request",)
+    measurement_locations: tuple[str, ...] = ("response",)
+    # Not a measurement: only an identity, with fallbacks when it is unusable.
+    request_id_locations: tuple[str, ...] = ("request", "response")
     # Headers whose values never reach the dead-letter topic (Kong itself redacts only
     # authorization and proxy-authorization).
     redact: frozenset[str] = frozenset(
@@ -59,19 +87,52 @@ class KongFormat:
 DEFAULT_FORMAT: Final = KongFormat()
 
 
-def kong_record(entry: Any, fmt: KongFormat = DEFAULT_FORMAT, *, source: str) -> Accepted:
+@dataclass(slots=True)
+class KongNotes:
+    """What reading entries noticed without rejecting them, for the service's metrics."""
+
+    # Snapshot headers found where they are not trusted, by configured header name.
+    ignored: Counter[str] = field(default_factory=Counter)
+    # Events whose request-id header was unusable, by cause: conflict, invalid.
+    request_id_fallbacks: Counter[str] = field(default_factory=Counter)
+
+    def add(self, other: KongNotes) -> None:
+        self.ignored.update(other.ignored)
+        self.request_id_fallbacks.update(other.request_id_fallbacks)
+
+
+def kong_record(
+    entry: Any,
+    fmt: KongFormat = DEFAULT_FORMAT,
+    *,
+    source: str,
+    window: TimeWindow | None = None,
+    notes: KongNotes | None = None,
+) -> Accepted:
     """The snapshot event of one Kong log entry, validated and encoded; raises ContractError
-    naming the entry's bad fields."""
+    naming the entry's bad fields. ``window``: the event times accepted now (None: any the
+    contract allows); ``notes`` collects ignored headers and request-id fallbacks."""
     if not isinstance(entry, dict):
         raise ContractError(
             RECORD, [FieldProblem("$", f"expected a JSON object, got {json_kind(entry)}")]
         )
     problems: list[FieldProblem] = []
-    headers = _Headers(entry, fmt.locations, problems)
+    notes = notes if notes is not None else KongNotes()
+    headers = _Headers(entry, problems)
+    trusted = (
+        (fmt.doc_type, fmt.doc_type_locations),
+        (fmt.snapshot_status, fmt.measurement_locations),
+        (fmt.anchor_count, fmt.measurement_locations),
+        (fmt.snapshot_log, fmt.measurement_locations),
+    )
+    for name, locations in trusted:
+        for location in LOCATIONS:
+            if location not in locations and headers.has(location, name):
+                notes.ignored[name] += 1
 
-    doc_path, doc_type = headers.scalar(fmt.doc_type)
-    status_path, status = headers.scalar(fmt.snapshot_status)
-    count_path, count_text = headers.scalar(fmt.anchor_count)
+    doc_path, doc_type = headers.scalar(fmt.doc_type, fmt.doc_type_locations)
+    status_path, status = headers.scalar(fmt.snapshot_status, fmt.measurement_locations)
+    count_path, count_text = headers.scalar(fmt.anchor_count, fmt.measurement_locations)
     for path, value in ((doc_path, doc_type), (status_path, status), (count_path, count_text)):
         if value is None and not any(p.field == path for p in problems):
             problems.append(FieldProblem(path, "required header is missing"))
@@ -81,7 +142,7 @@ def kong_record(entry: Any, fmt: KongFormat = DEFAULT_FORMAT, *, source: str) ->
         if anchor_count is None:
             problems.append(FieldProblem(count_path, f"not an integer: {_show(count_text)}"))
 
-    log_path, anchors = headers.snapshot_log(fmt.snapshot_log)
+    log_path, anchors = headers.snapshot_log(fmt.snapshot_log, fmt.measurement_locations)
     if anchors is None and status == "active" and anchor_count and not _has(problems, log_path):
         problems.append(
             FieldProblem(
@@ -92,8 +153,13 @@ def kong_record(entry: Any, fmt: KongFormat = DEFAULT_FORMAT, *, source: str) ->
         )
 
     time_ms = _started_at(entry.get("started_at"), problems)
-    id_path, event_id = headers.scalar(fmt.request_id)
-    if event_id is None and not _has(problems, id_path):
+    id_problems: list[FieldProblem] = []
+    id_path, event_id = headers.scalar(fmt.request_id, fmt.request_id_locations, id_problems)
+    if id_problems or (event_id is not None and not valid_identifier(event_id)):
+        # The request id is only an identity: an unusable one never costs the snapshot.
+        notes.request_id_fallbacks["conflict" if id_problems else "invalid"] += 1
+        event_id = None
+    if event_id is None:
         id_path, event_id = _fallback_id(entry)
     if problems:
         raise ContractError(RECORD, problems)
@@ -108,7 +174,7 @@ def kong_record(entry: Any, fmt: KongFormat = DEFAULT_FORMAT, *, source: str) ->
         "source": source,
     }
     try:
-        return snapshot_record(data)
+        return snapshot_record(data, window)
     except ContractError as error:
         paths = {
             "event_id": id_path,
@@ -147,17 +213,15 @@ def fallback_event_id(entry: Mapping[str, Any]) -> str:
 
 
 class _Headers:
-    """Case-insensitive lookup over the entry's header maps, in the configured order."""
+    """Case-insensitive lookup over the entry's header maps."""
 
-    __slots__ = ("_first", "_lowered", "_maps", "_problems")
+    __slots__ = ("_lowered", "_problems")
 
-    def __init__(
-        self, entry: Mapping[str, Any], locations: tuple[str, ...], problems: list[FieldProblem]
-    ) -> None:
+    def __init__(self, entry: Mapping[str, Any], problems: list[FieldProblem]) -> None:
         self._problems = problems
-        self._maps: list[tuple[str, dict[str, Any]]] = []
-        self._lowered: dict[str, dict[str, Any]] = {}
-        for location in locations:
+        # Per location: lower-case name -> the values of every key with that name, in order.
+        self._lowered: dict[str, dict[str, list[Any]]] = {}
+        for location in LOCATIONS:
             section = entry.get(location)
             if section is None:
                 continue
@@ -176,27 +240,36 @@ class _Headers:
                     )
                 )
                 continue
-            self._maps.append((location, headers))
-        self._first = locations[0] if locations else "request"
+            lowered: dict[str, list[Any]] = {}
+            for key, value in headers.items():
+                if value is not None:
+                    lowered.setdefault(str(key).lower(), []).append(value)
+            self._lowered[location] = lowered
 
-    def find(self, name: str) -> tuple[str, Any]:
-        """(path, raw value) of the header in the first location that has it; value None
-        when absent everywhere (the path then names the first location)."""
-        for location, headers in self._maps:
-            # Kong logs names in lower case: the exact lookup is the common, cheap case.
-            value = headers.get(name)
-            if value is None:
-                lowered = self._lowered.get(location)
-                if lowered is None:
-                    lowered = {str(k).lower(): v for k, v in headers.items()}
-                    self._lowered[location] = lowered
-                value = lowered.get(name)
-            if value is not None:
-                return f"{location}.headers.{name}", value
-        return f"{self._first}.headers.{name}", None
+    def has(self, location: str, name: str) -> bool:
+        return name in self._lowered.get(location, ())
 
-    def scalar(self, name: str) -> tuple[str, str | None]:
-        path, value = self.find(name)
+    def find(self, name: str, locations: tuple[str, ...]) -> tuple[str, Any]:
+        """(path, raw value) of the header in the first of ``locations`` that has it; value
+        None when absent from all (the path then names the first location). A header
+        present under several casings is returned as the list of all their values, as if
+        it had been repeated."""
+        for location in locations:
+            values = self._lowered.get(location, {}).get(name)
+            if values is not None:
+                path = f"{location}.headers.{name}"
+                if len(values) == 1:
+                    return path, values[0]
+                return path, [
+                    v for value in values for v in (value if isinstance(value, list) else [value])
+                ]
+        return f"{locations[0] if locations else 'request'}.headers.{name}", None
+
+    def scalar(
+        self, name: str, locations: tuple[str, ...], into: list[FieldProblem] | None = None
+    ) -> tuple[str, str | None]:
+        problems = self._problems if into is None else into
+        path, value = self.find(name, locations)
         if value is None:
             return path, None
         if isinstance(value, str):
@@ -206,19 +279,22 @@ class _Headers:
             if len(distinct) == 1:
                 return path, distinct[0]
             shown = ", ".join(_show(v) for v in distinct[:5])
-            self._problems.append(
-                FieldProblem(path, f"conflicting values in a repeated header: {shown}")
-            )
+            problems.append(FieldProblem(path, f"conflicting values in a repeated header: {shown}"))
             return path, None
-        self._problems.append(
+        problems.append(
             FieldProblem(path, f"expected a string or a list of strings, got {json_kind(value)}")
         )
         return path, None
 
-    def snapshot_log(self, name: str) -> tuple[str, list[Any] | None]:
-        path, value = self.find(name)
+    def snapshot_log(self, name: str, locations: tuple[str, ...]) -> tuple[str, list[Any] | None]:
+        path, value = self.find(name, locations)
         if value is None:
             return path, None
+        for location in locations:
+            if len(self._lowered.get(location, {}).get(name, ())) > 1:
+                # Which casing's part comes first is the sender's dict order: no log order.
+                self._problems.append(FieldProblem(path, "present under several casings"))
+                return path, None
         parts = value if isinstance(value, list) else [value]
         anchors: list[Any] = []
         for i, part in enumerate(parts):
@@ -247,6 +323,152 @@ class _Headers:
         return path, anchors
 
 
+# ------------------------------------------------------------------ batches that are not JSON
+
+# The structural tokens of JSON text: a whole string (escapes included, whatever bytes it
+# holds), a lone quote (a string that never ends), brackets, commas and colons. Everything
+# else (numbers, literals, whitespace, stray bytes) lies between them and is left to the
+# parser of each entry.
+_TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|["\[\]{},:]', re.DOTALL)
+_JSON_SPACE: Final = b" \t\n\r"
+
+
+def split_entries(body: bytes) -> list[bytes] | None:
+    """The bytes of each top-level entry of a body that is one entry (an object) or an
+    array of them, without parsing the entries: a bad byte or number inside one entry does
+    not stop its neighbours from being read. None when the top level itself is broken
+    (unbalanced or mismatched brackets, a string that never ends, a trailing comma, text
+    after the end)."""
+    text = body.strip(_JSON_SPACE)
+    if text[:1] not in (b"[", b"{"):
+        return None
+    stack: list[int] = []
+    parts: list[bytes] = []
+    start = 0
+    end = -1
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        first = token[0]
+        if first == 0x22:  # '"'
+            if len(token) == 1:
+                return None
+        elif first in b"[{":
+            stack.append(first)
+            if len(stack) == 1:
+                start = match.end()
+        elif first in b"]}":
+            if not stack or stack.pop() != (0x5B if first == 0x5D else 0x7B):
+                return None
+            if not stack:
+                end = match.start()
+                if match.end() != len(text):
+                    return None  # text after the top level
+                break
+        elif first == 0x2C and len(stack) == 1 and text[0] == 0x5B:  # ',' between entries
+            parts.append(text[start : match.start()].strip(_JSON_SPACE))
+            start = match.end()
+    if end < 0:
+        return None
+    if text[0] == 0x7B:
+        return [text]
+    last = text[start:end].strip(_JSON_SPACE)
+    if last or parts:
+        parts.append(last)
+    if any(not part for part in parts):
+        return None  # an empty slot: "[,]", "[x,]"
+    return parts
+
+
+def unreadable_entry(
+    raw: bytes,
+    index: int,
+    error: orjson.JSONDecodeError | UnicodeDecodeError,
+    redact: frozenset[str],
+) -> tuple[bytes, ContractError]:
+    """The dead letter of an entry that is not JSON: its bytes (the values of ``redact``
+    headers replaced), and the problem at the field holding the first bad byte."""
+    if isinstance(error, UnicodeDecodeError):
+        offset = error.start
+        reason = f"{NOT_JSON}: byte 0x{raw[offset]:02x} is not UTF-8"
+    else:
+        # orjson counts characters; the text before the error decodes (the whole did).
+        text = raw.decode("utf-8", errors="replace")
+        offset = len(text[: error.pos].encode())
+        reason = f"{NOT_JSON}: {error.msg}"
+    where = path_at(raw, offset)
+    problem = FieldProblem(where, f"{reason} (entry {index} of the batch, byte {offset})")
+    return redact_raw(raw, redact), ContractError(RECORD, [problem])
+
+
+def path_at(raw: bytes, offset: int) -> str:
+    """The field of a JSON text's object that holds ``offset`` (``request.headers.x`` or
+    ``a[2]``); "$" for the top level."""
+    frames: list[list[Any]] = []  # [is_object, key or index, expecting a key]
+    for match in _TOKEN.finditer(raw, 0, offset):
+        token = match.group()
+        first = token[0]
+        if first == 0x7B:
+            frames.append([True, None, True])
+        elif first == 0x5B:
+            frames.append([False, 0, False])
+        elif first in b"]}":
+            if frames:
+                frames.pop()
+        elif not frames:
+            continue
+        elif first == 0x2C:
+            frame = frames[-1]
+            if frame[0]:
+                frame[1], frame[2] = None, True
+            else:
+                frame[1] += 1
+        elif first == 0x3A:
+            frames[-1][2] = False
+        elif len(token) > 1 and frames[-1][0] and frames[-1][2]:
+            frames[-1][1] = _key(token)
+    path = ""
+    for is_object, key, _ in frames:
+        if not is_object:
+            path += f"[{key}]"
+        elif key is None:
+            break  # between an object's members
+        else:
+            path += f".{key}" if path else key
+    return path or "$"
+
+
+def _key(token: bytes) -> str:
+    try:
+        key = orjson.loads(token)
+    except orjson.JSONDecodeError:
+        return token[1:-1].decode("utf-8", errors="replace")
+    return str(key)
+
+
+def redact_raw(raw: bytes, names: frozenset[str]) -> bytes:
+    """``raw`` (JSON text that may not parse) with every string value of a key named in
+    ``names`` (any case) replaced by ``"REDACTED"``."""
+    out: list[bytes] = []
+    copied = 0
+    pending = False  # the last key was a name to redact; its value comes next
+    key: str | None = None
+    for match in _TOKEN.finditer(raw):
+        token = match.group()
+        if token == b":":
+            pending = key is not None and key.lower() in names
+            continue
+        if pending and token[0] == 0x22 and len(token) > 1:
+            out.append(raw[copied : match.start()])
+            out.append(b'"REDACTED"')
+            copied = match.end()
+        pending = False
+        key = _key(token) if token[0] == 0x22 and len(token) > 1 else None
+    if not out:
+        return raw
+    out.append(raw[copied:])
+    return b"".join(out)
+
+
 def _count(text: str) -> int | None:
     """The anchor count header as an integer; None when it is not one. Thousands of digits
     stay a (too large) number rather than reaching int(), which refuses them."""
@@ -272,6 +494,15 @@ def _started_at(value: Any, problems: list[FieldProblem]) -> int | None:
         )
     )
     return None
+
+
+def valid_identifier(text: str) -> bool:
+    """Whether the contract's ``Identifier`` takes ``text`` (an event id)."""
+    try:
+        _IDENTIFIER.validate_python(text, strict=True)
+    except ValidationError:
+        return False
+    return True
 
 
 def _fallback_id(entry: Mapping[str, Any]) -> tuple[str, str]:

@@ -28,6 +28,21 @@ class IngestMetrics:
             ["format", "reason"],
             registry=registry,
         )
+        self.headers_ignored = Counter(
+            "anchorwatch_ingest_headers_ignored_total",
+            "Kong snapshot headers found where they are not trusted (by default: a "
+            "measurement on the client's request), ignored, by configured header name.",
+            ["header"],
+            registry=registry,
+        )
+        self.request_id_fallbacks = Counter(
+            "anchorwatch_ingest_request_id_fallbacks_total",
+            "Kong events whose request-id header was unusable and whose event_id came from "
+            "Kong's request.id or a hash of the entry, by cause: conflict (repeated with "
+            "different values), invalid (not an identifier).",
+            ["cause"],
+            registry=registry,
+        )
         self.requests = Histogram(
             "anchorwatch_ingest_request_seconds",
             "Ingest request latency, from the request line to the response, by status code.",

@@ -25,13 +25,23 @@ import functools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import orjson
 
 from anchorwatch.connectors._native import SnapshotReader
-from anchorwatch.connectors.kong import DEFAULT_FORMAT, KongFormat, json_kind, kong_record, redacted
-from anchorwatch.connectors.validation import Accepted, snapshot_record
+from anchorwatch.connectors.kong import (
+    DEFAULT_FORMAT,
+    NOT_JSON,
+    KongFormat,
+    KongNotes,
+    json_kind,
+    kong_record,
+    redacted,
+    split_entries,
+    unreadable_entry,
+)
+from anchorwatch.connectors.validation import Accepted, TimeWindow, snapshot_record
 from anchorwatch.contracts import ContractError, FieldProblem, SnapshotEvent
 
 Format = Literal["kong", "ndjson"]
@@ -51,6 +61,7 @@ class Rejected:
 class Batch:
     accepted: list[Accepted] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
+    notes: KongNotes = field(default_factory=KongNotes)
 
     def __len__(self) -> int:
         return len(self.accepted) + len(self.rejected)
@@ -64,39 +75,83 @@ def _reader(fmt: KongFormat) -> SnapshotReader:
         fmt.anchor_count,
         fmt.snapshot_log,
         fmt.request_id,
-        list(fmt.locations),
+        list(fmt.doc_type_locations),
+        list(fmt.measurement_locations),
+        list(fmt.request_id_locations),
         Accepted,
     )
 
 
+# Without a window, the contract's own bounds (2000-01-01 .. 2100-01-01).
+_ANY_TIME: Final = (946_684_800_000, 4_102_444_800_000 - 1)
+
+
+def _bounds(window: TimeWindow | None) -> tuple[int, int]:
+    return _ANY_TIME if window is None else (window.earliest_ms, window.latest_ms)
+
+
 def kong_body(
-    body: bytes, fmt: KongFormat = DEFAULT_FORMAT, *, source: str, fast: bool = True
+    body: bytes,
+    fmt: KongFormat = DEFAULT_FORMAT,
+    *,
+    source: str,
+    window: TimeWindow | None = None,
+    fast: bool = True,
 ) -> Batch:
-    """One Kong http-log request body: an entry or an array of entries. ``fast=False``:
-    the reference path only (orjson and the contract for every entry), which the fast path
+    """One Kong http-log request body: an entry or an array of entries. ``window``: the
+    event times accepted now (None: whatever the contract allows). ``fast=False``: the
+    reference path only (orjson and the contract for every entry), which the fast path
     must equal; for tests."""
-    if fast and (batch := _kong_body_fast(body, fmt, source=source)) is not None:
+    if fast and (batch := _kong_body_fast(body, fmt, source=source, window=window)) is not None:
         return batch
     if not body.strip():
         raise BodyError("empty body: expected a Kong log entry (a JSON object) or an array of them")
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
+        # One entry that is not JSON must not sink its neighbours: split the batch.
+        if (batch := _kong_entries(body, fmt, source=source, window=window)) is not None:
+            return batch
         raise BodyError(f"body is not JSON: {exc}") from None
     if not isinstance(value, dict | list):
         raise BodyError(
             f"expected a Kong log entry (a JSON object) or an array of them, got {json_kind(value)}"
         )
     batch = Batch()
-    add_kong_value(batch, value, body if isinstance(value, dict) else None, fmt, source=source)
+    add_kong_value(
+        batch, value, body if isinstance(value, dict) else None, fmt, source=source, window=window
+    )
     return batch
 
 
-def _kong_body_fast(body: bytes, fmt: KongFormat, *, source: str) -> Batch | None:
+def _kong_entries(
+    body: bytes, fmt: KongFormat, *, source: str, window: TimeWindow | None
+) -> Batch | None:
+    """A body that is not JSON as a whole, entry by entry: the entries that parse as
+    usual, the others dead-lettered naming their index and field. None when the top level
+    cannot be split into entries."""
+    parts = split_entries(body)
+    if parts is None:
+        return None
+    batch = Batch()
+    for index, part in enumerate(parts):
+        try:
+            part.decode()  # orjson's error for a bad byte always points at the start
+            entry = orjson.loads(part)
+        except (UnicodeDecodeError, orjson.JSONDecodeError) as exc:
+            batch.rejected.append(Rejected(*unreadable_entry(part, index, exc, fmt.redact)))
+            continue
+        add_kong_value(batch, entry, part, fmt, source=source, window=window)
+    return batch
+
+
+def _kong_body_fast(
+    body: bytes, fmt: KongFormat, *, source: str, window: TimeWindow | None
+) -> Batch | None:
     """``kong_body`` for a body the compiled reader can read: each entry it accepts, and
     the reference path (``add_kong_value``) for the rest. None: use the reference path for
     the whole body."""
-    records = _reader(fmt).kong(body, source)
+    records = _reader(fmt).kong(body, source, *_bounds(window))
     if records is None:
         return None
     whole: Any = None  # orjson's reading of the body, when needed
@@ -111,14 +166,20 @@ def _kong_body_fast(body: bytes, fmt: KongFormat, *, source: str) -> Batch | Non
             except orjson.JSONDecodeError:
                 return None  # what orjson refuses, the reference path answers for
         if isinstance(whole, list):
-            add_kong_value(batch, whole[i], None, fmt, source=source)
+            add_kong_value(batch, whole[i], None, fmt, source=source, window=window)
         else:
-            add_kong_value(batch, whole, body, fmt, source=source)
+            add_kong_value(batch, whole, body, fmt, source=source, window=window)
     return batch
 
 
 def add_kong_value(
-    batch: Batch, value: Any, raw: bytes | None, fmt: KongFormat, *, source: str
+    batch: Batch,
+    value: Any,
+    raw: bytes | None,
+    fmt: KongFormat,
+    *,
+    source: str,
+    window: TimeWindow | None = None,
 ) -> None:
     """Add one parsed Kong entry, or each entry of an array, to ``batch``. ``raw`` is the
     entry's original bytes when known; otherwise, or when the entry carries a header to
@@ -126,24 +187,32 @@ def add_kong_value(
     entries = value if isinstance(value, list) else [value]
     for entry in entries:
         try:
-            batch.accepted.append(kong_record(entry, fmt, source=source))
+            batch.accepted.append(
+                kong_record(entry, fmt, source=source, window=window, notes=batch.notes)
+            )
         except ContractError as error:
             safe = redacted(entry, fmt.redact)
             kept = raw if raw is not None and safe is entry else orjson.dumps(safe)
             batch.rejected.append(Rejected(kept, error))
 
 
-def ndjson_body(body: bytes, *, source: str, fast: bool = True) -> Batch:
-    """NDJSON snapshot events, one per line; blank lines are skipped. ``fast=False``: as
-    for ``kong_body``."""
+def ndjson_body(
+    body: bytes, *, source: str, window: TimeWindow | None = None, fast: bool = True
+) -> Batch:
+    """NDJSON snapshot events, one per line; blank lines are skipped. ``window`` and
+    ``fast=False``: as for ``kong_body``."""
     batch = Batch()
     parsed_any = False
     reader = _reader(DEFAULT_FORMAT) if fast else None
+    earliest_ms, latest_ms = _bounds(window)
     for line in body.split(b"\n"):
         line = line.rstrip(b"\r")
         if not line.strip():
             continue
-        if reader is not None and (record := reader.ndjson_line(line, source)) is not None:
+        if (
+            reader is not None
+            and (record := reader.ndjson_line(line, source, earliest_ms, latest_ms)) is not None
+        ):
             parsed_any = True
             batch.accepted.append(record)
             continue
@@ -157,7 +226,7 @@ def ndjson_body(body: bytes, *, source: str, fast: bool = True) -> Batch:
             continue
         parsed_any = True
         try:
-            batch.accepted.append(ndjson_record(data, source=source))
+            batch.accepted.append(ndjson_record(data, source=source, window=window))
         except ContractError as error:
             batch.rejected.append(Rejected(line, error))
     if not parsed_any:
@@ -167,11 +236,11 @@ def ndjson_body(body: bytes, *, source: str, fast: bool = True) -> Batch:
     return batch
 
 
-def ndjson_record(data: Any, *, source: str) -> Accepted:
+def ndjson_record(data: Any, *, source: str, window: TimeWindow | None = None) -> Accepted:
     """Validate one parsed NDJSON line; an event without a ``source`` gets ``source``."""
     if isinstance(data, dict) and data.get("source") is None:
         data["source"] = source
-    return snapshot_record(data)
+    return snapshot_record(data, window)
 
 
 _INDEX = re.compile(r"\[\d+\]")
@@ -182,6 +251,9 @@ def reason_label(error: ContractError) -> str:
     fixed set: the contract's fields and the configured headers), or ``not_json`` /
     ``record`` for problems with the record as a whole."""
     problem = error.problems[0] if error.problems else FieldProblem("$", "")
+    # An entry that is not JSON names the field its bad byte is in: any key a client sent.
+    if problem.reason.startswith(NOT_JSON):
+        return "not_json"
     if problem.field == "$":
         return "not_json" if problem.reason.startswith("not valid JSON") else "record"
     return _INDEX.sub("[]", problem.field)[:120]

@@ -50,6 +50,7 @@ from anchorwatch.connectors.records import (
     reason_summary,
 )
 from anchorwatch.connectors.settings import IngestSettings
+from anchorwatch.connectors.validation import TimeWindow
 from anchorwatch.errors import AnchorwatchError
 
 log = logging.getLogger(__name__)
@@ -69,9 +70,16 @@ def kong_format(settings: IngestSettings) -> KongFormat:
         anchor_count=o.anchor_count_header,
         snapshot_log=o.snapshot_log_header,
         request_id=o.request_id_header,
-        locations=tuple(o.header_locations),
+        doc_type_locations=tuple(o.doc_type_header_locations),
+        measurement_locations=tuple(o.measurement_header_locations),
         redact=frozenset(o.redact_headers),
     )
+
+
+def time_window(settings: IngestSettings, now_ms: int) -> TimeWindow:
+    """The event times accepted at ``now_ms``."""
+    o = settings.ingest
+    return TimeWindow(now_ms, round(o.max_future_skew_s * 1000), round(o.max_event_age_s * 1000))
 
 
 def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> web.Response:
@@ -182,13 +190,18 @@ class IngestService:
         except web.HTTPRequestEntityTooLarge:
             return self._too_large(None)
         self.metrics.bytes_in.labels(fmt).inc(len(body))
+        window = time_window(self.settings, time.time_ns() // 1_000_000)
         try:
             if fmt == "kong":
-                batch = kong_body(body, self._format, source=self._source)
+                batch = kong_body(body, self._format, source=self._source, window=window)
             else:
-                batch = ndjson_body(body, source=self._source)
+                batch = ndjson_body(body, source=self._source, window=window)
         except BodyError as exc:
             return _json(400, {"error": str(exc)})
+        for header, count in batch.notes.ignored.items():
+            self.metrics.headers_ignored.labels(header).inc(count)
+        for cause, count in batch.notes.request_id_fallbacks.items():
+            self.metrics.request_id_fallbacks.labels(cause).inc(count)
         return await self._produce(fmt, batch)
 
     async def _produce(self, fmt: Format, batch: Batch) -> web.Response:

@@ -17,7 +17,6 @@ from anchorwatch.settings import Section, ServiceSettings, SettingsError
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 HeaderLocation = Literal["request", "response"]
-_LOCATIONS: tuple[HeaderLocation, ...] = ("request", "response")
 _FILE_SETTING = "ingest.auth_token_file (ANCHORWATCH_INGEST__AUTH_FILE_SETTING)"
 
 
@@ -69,11 +68,34 @@ class IngestOptions(Section):
         "x-anthropic-snapshot-log",
         description="Kong entries: header carrying the per-anchor snapshot log (JSON).",
     )
-    header_locations: list[HeaderLocation] = Field(
-        default_factory=lambda: list(_LOCATIONS),
+    doc_type_header_locations: list[HeaderLocation] = Field(
+        default_factory=lambda: list[HeaderLocation](["request"]),
         min_length=1,
-        description="Kong entries: where the snapshot headers are looked up, in order "
-        "(request.headers, response.headers); the first that has a header wins.",
+        description="Kong entries: where the doc-type header is trusted, in lookup order "
+        "(the caller declares its document type on its request).",
+    )
+    measurement_header_locations: list[HeaderLocation] = Field(
+        default_factory=lambda: list[HeaderLocation](["response"]),
+        min_length=1,
+        description="Kong entries: where the snapshot status, anchor count and snapshot "
+        "log headers are trusted, in lookup order. The upstream produces them on the "
+        "response; a client can add any header to its request, so a request-side copy is "
+        "ignored and counted (anchorwatch_ingest_headers_ignored_total) unless `request` "
+        "is listed here.",
+    )
+    max_future_skew_s: float = Field(
+        300,
+        ge=0,
+        le=86_400,
+        description="Events timed further than this ahead of the service's clock are "
+        "dead-lettered: one event from the far future would move its partition's watermark.",
+    )
+    max_event_age_s: float = Field(
+        7 * 24 * 3600,
+        gt=0,
+        description="Events older than this are dead-lettered: keep it at the snapshots "
+        "topic's retention.ms (7 days as `anchorwatch stack` creates it), past which Kafka "
+        "would delete them at once.",
     )
     redact_headers: list[str] = Field(
         default_factory=lambda: [
@@ -153,12 +175,23 @@ class IngestOptions(Section):
     def _lower(cls, value: list[str]) -> list[str]:
         return [v.lower() for v in value]
 
-    @field_validator("header_locations")
+    @field_validator("doc_type_header_locations", "measurement_header_locations")
     @classmethod
     def _distinct(cls, value: list[HeaderLocation]) -> list[HeaderLocation]:
         if len(set(value)) != len(value):
             raise ValueError("must not repeat a location")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_shared_locations(cls, data: object) -> object:
+        if isinstance(data, dict) and "header_locations" in data:
+            raise ValueError(
+                "header_locations: replaced by doc_type_header_locations (default request) "
+                "and measurement_header_locations (default response): measurements are "
+                "trusted only where the upstream writes them"
+            )
+        return data
 
     @model_validator(mode="after")
     def _one_token_source(self) -> IngestOptions:

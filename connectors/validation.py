@@ -28,10 +28,19 @@ from typing import Annotated, Any, Final, Literal, NamedTuple
 
 import annotated_types
 import orjson
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel
 
 from anchorwatch.connectors import _native
-from anchorwatch.contracts import RESAMPLE, AnchorSnapshot, SnapshotEvent, encode, validate
+from anchorwatch.contracts import (
+    RESAMPLE,
+    AnchorSnapshot,
+    ContractError,
+    FieldProblem,
+    SnapshotEvent,
+    encode,
+    validate,
+)
+from anchorwatch.contracts.models import doc_type_text
 
 
 class Accepted(NamedTuple):
@@ -90,6 +99,8 @@ def describe_field(annotation: Any, required: bool, default: Any = None) -> dict
             continue  # the compiled path reads finite numbers only (serde_json refuses inf)
         elif type(m).__name__ == "_PydanticGeneralMetadata" and vars(m) == {"pattern": _PRINTABLE}:
             out["printable"] = True
+        elif isinstance(m, AfterValidator) and m.func is doc_type_text:
+            out["rule"] = "doc_type_text"  # lib.rs: plain_doc_type
         else:
             raise ContractChanged(f"constraint {m!r}: teach connectors/native about it")
     return out
@@ -157,8 +168,53 @@ def check_native_contract() -> None:
 check_native_contract()
 
 
-def snapshot_record(data: Any) -> Accepted:
+class TimeWindow(NamedTuple):
+    """The event times ingestion accepts at one moment, ``now_ms`` (the clock is the
+    caller's): from ``max_age_ms`` before it (older events would fall out of the snapshots
+    topic's retention at once) to ``max_future_ms`` after it (one event from 2099 must not
+    move a partition's watermark and close every window of that partition early)."""
+
+    now_ms: int
+    max_future_ms: int
+    max_age_ms: int
+
+    @property
+    def earliest_ms(self) -> int:
+        return self.now_ms - self.max_age_ms
+
+    @property
+    def latest_ms(self) -> int:
+        return self.now_ms + self.max_future_ms
+
+    def problem(self, time_ms: int) -> str | None:
+        """Why ``time_ms`` is outside the window; None when inside."""
+        if time_ms > self.latest_ms:
+            return (
+                f"{time_ms} is {_span(time_ms - self.now_ms)} ahead of the ingest clock "
+                f"({self.now_ms}); at most {_span(self.max_future_ms)} is allowed "
+                "(ingest.max_future_skew_s)"
+            )
+        if time_ms < self.earliest_ms:
+            return (
+                f"{time_ms} is {_span(self.now_ms - time_ms)} old, older than the snapshots "
+                f"topic keeps events ({_span(self.max_age_ms)}, ingest.max_event_age_s)"
+            )
+        return None
+
+
+def _span(ms: int) -> str:
+    seconds = ms / 1000
+    for unit, size in (("days", 86_400), ("hours", 3_600), ("minutes", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:g} s"
+
+
+def snapshot_record(data: Any, window: TimeWindow | None = None) -> Accepted:
     """Validate one parsed snapshot event (a dict from orjson) with the model and encode
-    it. Raises ContractError naming the bad fields."""
+    it; with a ``window``, its time must lie in it. Raises ContractError naming the bad
+    fields."""
     model = validate(SnapshotEvent, data)
+    if window is not None and (problem := window.problem(model.event_time_ms)) is not None:
+        raise ContractError(SnapshotEvent.__name__, [FieldProblem("event_time_ms", problem)])
     return Accepted(model.event_id, model.doc_type, encode(model))

@@ -11,9 +11,18 @@ uses (``started_at``) and the one Flink turns into event time without string par
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    computed_field,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 #: Bumped when a change to a model is not backward compatible; part of each schema's $id.
 SCHEMA_VERSION = 1
@@ -22,8 +31,42 @@ SCHEMA_VERSION = 1
 EpochMillis = Annotated[int, Field(ge=946_684_800_000, lt=4_102_444_800_000)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
-# Doc types come from request headers: untrusted text. Bounded, printable, escaped on output.
-DocType = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f\x7f]+$")]
+_DOC_TYPE_MAX_CHARS = 512
+# Code points a doc type must not hold: control, format (zero-width, bidi overrides, soft
+# hyphen ...) and line/paragraph separators. Two names that look the same must be the same
+# doc type, and none may reorder or hide text where it is shown.
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+# Letters and symbols that render as blank space (Hangul fillers, the braille blank).
+_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def doc_type_text(value: str) -> str:
+    """A doc type, NFC-normalised (one name, one byte sequence); raises naming the first
+    code point that is not allowed, or when nothing visible is left."""
+    text = unicodedata.normalize("NFC", value)
+    for char in text:
+        category = unicodedata.category(char)
+        if category in _REFUSED_CATEGORIES:
+            raise PydanticCustomError(
+                "doc_type_char",
+                "U+{code} ({category}) not allowed",
+                {"code": f"{ord(char):04X}", "category": category},
+            )
+    if len(text) > _DOC_TYPE_MAX_CHARS:
+        raise PydanticCustomError(
+            "doc_type_length", "longer than {max} characters", {"max": _DOC_TYPE_MAX_CHARS}
+        )
+    if all(c.isspace() or c in _BLANK or unicodedata.category(c) in ("Mn", "Me") for c in text):
+        raise PydanticCustomError("doc_type_blank", "only whitespace or invisible characters")
+    return text
+
+
+# Doc types come from request headers: untrusted text. Bounded, visible, escaped on output.
+DocType = Annotated[
+    str,
+    Field(min_length=1, max_length=_DOC_TYPE_MAX_CHARS),
+    AfterValidator(doc_type_text),
+]
 Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 
 SnapshotStatus = Literal["active", "disabled"]

@@ -39,9 +39,15 @@ def _events() -> tuple[SnapshotEvent, ...]:
     return tuple(r.event for r in traffic.records() if r.event is not None)
 
 
+# The generated traffic is timed from 2025-11-29: older than the snapshots topic keeps.
+GENERATED_AGE_S = 20 * 365 * 86_400
+
+
 def _settings(job: JobSettings, **ingest: Any) -> IngestSettings:
     return IngestSettings.load(
-        kafka=job.kafka.model_dump(), topics=job.topics.model_dump(), ingest={"port": 0, **ingest}
+        kafka=job.kafka.model_dump(),
+        topics=job.topics.model_dump(),
+        ingest={"port": 0, "max_event_age_s": GENERATED_AGE_S, **ingest},
     )
 
 
@@ -66,11 +72,12 @@ def _as_written(event: SnapshotEvent, source: str = "ingest") -> bytes:
 def test_kong_payloads_as_kong_sends_them_land_keyed_by_doc_type(job_settings: JobSettings) -> None:
     events = _events()[:120]
     entries = [to_kong_entry(e) for e in events]
-    # Odd header case, repeated headers that agree, and the snapshot on the response.
+    # Odd header case and repeated headers that agree.
     odd = entries[1]["request"]["headers"]
     odd["X-ANTHROPIC-DOC-TYPE"] = odd.pop(DOC)
-    entries[2]["request"]["headers"][COUNT] = [str(events[2].anchor_count)] * 2
-    entries[3]["response"]["headers"][LOG] = entries[3]["request"]["headers"].pop(LOG)
+    entries[2]["response"]["headers"][COUNT] = [str(events[2].anchor_count)] * 2
+    odd_log = entries[3]["response"]["headers"]
+    odd_log["X-Anthropic-Snapshot-Log"] = odd_log.pop(LOG)
     batch, single = entries[:119], entries[119]
 
     async def scenario() -> list[dict[str, Any]]:
@@ -99,18 +106,18 @@ def test_kong_payloads_as_kong_sends_them_land_keyed_by_doc_type(job_settings: J
 
 
 BROKEN: list[tuple[str, str, Any, str]] = [
-    # (header or field, new value, dead letter's field, reason)
-    ("header", COUNT, "twelve", f"request.headers.{COUNT}"),
-    ("header", DOC, None, f"request.headers.{DOC}"),
-    ("header", DOC, ["invoice", "nda"], f"request.headers.{DOC}"),
+    # (request or response header, or field; new value, dead letter's field)
+    ("response", COUNT, "twelve", f"response.headers.{COUNT}"),
+    ("request", DOC, None, f"request.headers.{DOC}"),
+    ("request", DOC, ["invoice", "nda"], f"request.headers.{DOC}"),
     (
-        "header",
+        "response",
         "x-anthropic-snapshot-status",
         "paused",
-        "request.headers.x-anthropic-snapshot-status",
+        "response.headers.x-anthropic-snapshot-status",
     ),
-    ("header", LOG, "[{oops", f"request.headers.{LOG}"),
-    ("header", LOG, '[{"anchor_id": "A"}]', f"request.headers.{LOG}[0].position"),
+    ("response", LOG, "[{oops", f"response.headers.{LOG}"),
+    ("response", LOG, '[{"anchor_id": "A"}]', f"response.headers.{LOG}[0].position"),
     ("field", "started_at", 1_764_403_200, "started_at"),
     ("field", "started_at", None, "started_at"),
     ("field", "request", None, f"request.headers.{DOC}"),
@@ -125,7 +132,7 @@ def test_every_rejection_reaches_the_dead_letter_topic_with_raw_reason_and_sourc
     broken = []
     for kind, name, value, _ in BROKEN:
         entry = copy.deepcopy(good)
-        target = entry["request"]["headers"] if kind == "header" else entry
+        target = entry[kind]["headers"] if kind in ("request", "response") else entry
         if value is None:
             del target[name]
         else:
@@ -149,7 +156,7 @@ def test_every_rejection_reaches_the_dead_letter_topic_with_raw_reason_and_sourc
     answer = asyncio.run(scenario())
     assert (answer["accepted"], answer["rejected"]) == (1, len(BROKEN) + 1)
     assert answer["reasons"][0] == {
-        "field": f"request.headers.{COUNT}",
+        "field": f"response.headers.{COUNT}",
         "reason": "not an integer: 'twelve'",
         "count": 1,
     }

@@ -23,7 +23,14 @@ from hypothesis import strategies as st
 
 from anchorwatch.connectors import _native, records, validation
 from anchorwatch.connectors.kong import DEFAULT_FORMAT, KongFormat
-from anchorwatch.connectors.records import Batch, _kong_body_fast, kong_body, ndjson_body
+from anchorwatch.connectors.records import (
+    _ANY_TIME,
+    Batch,
+    _kong_body_fast,
+    kong_body,
+    ndjson_body,
+)
+from anchorwatch.connectors.validation import TimeWindow
 from anchorwatch.contracts import SnapshotEvent, encode
 from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
 
@@ -77,6 +84,20 @@ _STRINGS = st.sampled_from(
         '"' + "x" * 201 + '"',
     ]
 ) | st.text(max_size=8).map(lambda t: orjson.dumps(t).decode())
+# Doc types the contract normalises or refuses: zero-width, bidi, decomposed, blank, NEL.
+_DOC_TYPES = st.sampled_from(
+    [
+        '"a\u200bb"',
+        '"\u202einvoice"',
+        '"e\u0301"',
+        '"\u00e9"',
+        '" "',
+        '"\u3164"',
+        '"\u0085x"',
+        '"x\u2028"',
+        '"<!channel> \\"DO\\" \\\\ report*"',
+    ]
+)
 _WILD = _NUMBERS | _STRINGS | st.sampled_from(["null", "true", "false", "[]", "{}", '{"x":1e400}'])
 
 
@@ -127,7 +148,7 @@ def _ndjson_line(draw: st.DrawFn) -> bytes:
     typical = {
         "event_id": st.sampled_from(['"req-1"', '"1-2-3"']) | _STRINGS,
         "event_time_ms": st.integers(946_684_800_000, 4_102_444_799_999).map(str),
-        "doc_type": st.sampled_from(['"invoice"', '"medical_report"']) | _STRINGS,
+        "doc_type": st.sampled_from(['"invoice"', '"medical_report"']) | _STRINGS | _DOC_TYPES,
         "snapshot_status": st.sampled_from(['"active"', '"disabled"']),
         "anchor_count": st.integers(0, 6).map(str),
         "anchors": st.just(log if log.startswith("[") else f"[{log}]"),
@@ -136,10 +157,11 @@ def _ndjson_line(draw: st.DrawFn) -> bytes:
     return _obj(draw(_fields(typical))).encode()
 
 
-def _outcome(batch: Batch) -> tuple[list[tuple[str, str, bytes]], list[tuple[bytes, str]]]:
+def _outcome(batch: Batch) -> tuple[Any, ...]:
     return (
         [(a.event_id, a.doc_type, a.value) for a in batch.accepted],
         [(r.raw, str(r.error)) for r in batch.rejected],
+        batch.notes,
     )
 
 
@@ -153,12 +175,21 @@ def _same(parse: Any, body: bytes, *args: Any, **kwargs: Any) -> None:
     assert run(True) == run(False)
 
 
+# An ingest clock inside the generated times, so that some events fall outside the window.
+_WINDOWS = st.none() | st.builds(
+    TimeWindow,
+    st.integers(1_764_403_200_000 - 600_000, 1_764_403_200_000 + 3_600_000),
+    st.sampled_from([0, 300_000]),
+    st.sampled_from([60_000, 7 * 86_400_000]),
+)
+
+
 @settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(_ndjson_line(), min_size=1, max_size=3))
+@given(st.lists(_ndjson_line(), min_size=1, max_size=3), _WINDOWS)
 def test_ndjson_lines_fast_or_not_give_the_same_events_bytes_and_rejections(
-    lines: list[bytes],
+    lines: list[bytes], window: TimeWindow | None
 ) -> None:
-    _same(ndjson_body, b"\n".join(lines), source="ndjson-test")
+    _same(ndjson_body, b"\n".join(lines), source="ndjson-test", window=window)
 
 
 @functools.lru_cache(maxsize=1)
@@ -178,14 +209,20 @@ _HEADER = st.sampled_from(
 )
 
 
+# Where the generator (and a real gateway) puts each header.
+_HOME = {"x-anthropic-doc-type": "request", "x-request-id": "request"}
+
+
 @st.composite
 def _kong_entry(draw: st.DrawFn) -> dict[str, Any]:
     entry = to_kong_entry(draw(st.sampled_from(_events()[:30])))
-    headers: dict[str, Any] = entry["request"]["headers"]
     if draw(st.integers(0, 2)):
-        headers["x-anthropic-snapshot-log"] = draw(_anchor_log())
+        entry["response"]["headers"]["x-anthropic-snapshot-log"] = draw(_anchor_log())
     for _ in range(draw(st.integers(0, 2))):
         name = draw(_HEADER)
+        home = _HOME.get(name, "response")
+        other = "response" if home == "request" else "request"
+        headers: dict[str, Any] = entry[home]["headers"]
         value = headers.pop(name, None)
         change = draw(st.integers(0, 5))
         if change == 0:  # odd case, maybe next to the lower-case one
@@ -194,10 +231,14 @@ def _kong_entry(draw: st.DrawFn) -> dict[str, Any]:
                 headers[name] = draw(st.sampled_from([value, " other "]))
         elif change == 1:  # repeated header
             headers[name] = [value, value] if draw(st.booleans()) else [value, "x"]
-        elif change == 2:  # in the response instead
-            entry["response"]["headers"][name] = value
+        elif change == 2:  # in the other location instead, or as well (a forgery)
+            entry[other]["headers"][name] = value if value is not None else "1"
+            if draw(st.booleans()) and value is not None:
+                headers[name] = value
         elif change == 3:
-            headers[name] = draw(st.sampled_from([None, 5, "", " 12 ", "١", [], {}]))
+            headers[name] = draw(
+                st.sampled_from([None, 5, "", " 12 ", "١", [], {}, "a\u200b", "r" * 201])
+            )
         elif change == 4 and name == "x-request-id":
             entry["response"]["headers"].pop(name, None)
             if draw(st.booleans()):
@@ -217,18 +258,28 @@ def _kong_entry(draw: st.DrawFn) -> dict[str, Any]:
 
 _FORMATS = [
     DEFAULT_FORMAT,
-    KongFormat(locations=("response", "request")),
-    KongFormat(locations=("request",), request_id="x-anthropic-doc-type", doc_type="x-request-id"),
+    KongFormat(doc_type_locations=("response", "request")),
+    KongFormat(
+        doc_type_locations=("request", "response"),
+        measurement_locations=("request", "response"),
+        request_id_locations=("response",),
+    ),
+    KongFormat(request_id="x-anthropic-doc-type", doc_type="x-request-id"),
 ]
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(_kong_entry(), min_size=1, max_size=4), st.booleans(), st.sampled_from(_FORMATS))
+@given(
+    st.lists(_kong_entry(), min_size=1, max_size=4),
+    st.booleans(),
+    st.sampled_from(_FORMATS),
+    _WINDOWS,
+)
 def test_kong_bodies_fast_or_not_give_the_same_events_bytes_and_rejections(
-    entries: list[dict[str, Any]], single: bool, fmt: KongFormat
+    entries: list[dict[str, Any]], single: bool, fmt: KongFormat, window: TimeWindow | None
 ) -> None:
     body = orjson.dumps(entries[0] if single else entries)
-    _same(kong_body, body, fmt, source="kong-test")
+    _same(kong_body, body, fmt, source="kong-test", window=window)
 
 
 @pytest.mark.parametrize(
@@ -286,9 +337,10 @@ def test_headers_are_found_whatever_their_case_location_or_repetition() -> None:
     entries[0]["request"]["headers"] = {k.upper(): v for k, v in upper.items()}
     moved = entries[1]["request"]["headers"]
     entries[1]["response"]["headers"]["x-anthropic-doc-type"] = moved.pop("x-anthropic-doc-type")
-    repeated = entries[2]["request"]["headers"]
+    repeated = entries[2]["response"]["headers"]
     repeated["x-anthropic-snapshot-status"] = [repeated["x-anthropic-snapshot-status"]] * 2
-    records = _reader_of(DEFAULT_FORMAT).kong(orjson.dumps(entries), "kong")
+    fmt = KongFormat(doc_type_locations=("request", "response"))
+    records = _reader_of(fmt).kong(orjson.dumps(entries), "kong", *_ANY_TIME)
     assert records is not None
     assert [r and r.value for r in records] == [
         encode(e.model_copy(update={"source": "kong"})) for e in events
@@ -309,7 +361,7 @@ def test_the_fast_path_takes_ordinary_traffic_itself(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(records, "snapshot_record", reference)
     events = _events()[:200]
     body = orjson.dumps([to_kong_entry(e) for e in events])
-    batch = _kong_body_fast(body, DEFAULT_FORMAT, source="kong")
+    batch = _kong_body_fast(body, DEFAULT_FORMAT, source="kong", window=None)
     assert batch is not None
     assert [a.value for a in batch.accepted] == [
         encode(e.model_copy(update={"source": "kong"})) for e in events
@@ -333,7 +385,7 @@ def _with_floats(event: SnapshotEvent, value: float) -> SnapshotEvent:
 )
 def test_the_fast_path_writes_floats_as_orjson_does(value: float) -> None:
     event = _with_floats(next(e for e in _events() if e.anchors), value)
-    accepted = _reader_of(DEFAULT_FORMAT).ndjson_line(encode(event), "x")
+    accepted = _reader_of(DEFAULT_FORMAT).ndjson_line(encode(event), "x", *_ANY_TIME)
     assert accepted is not None
     assert accepted.value == encode(event)
 
@@ -346,7 +398,7 @@ def test_the_fast_path_sums_drift_as_python_does(drifts: list[float]) -> None:
     template = event.anchors[0]
     anchors = [template.model_copy(update={"drift_score": d}) for d in drifts]
     event = event.model_copy(update={"anchors": anchors, "anchor_count": len(anchors)})
-    accepted = _reader_of(DEFAULT_FORMAT).ndjson_line(encode(event), "x")
+    accepted = _reader_of(DEFAULT_FORMAT).ndjson_line(encode(event), "x", *_ANY_TIME)
     assert accepted is not None
     assert accepted.value == encode(event)
 
@@ -354,7 +406,7 @@ def test_the_fast_path_sums_drift_as_python_does(drifts: list[float]) -> None:
 def test_floats_the_encoders_print_differently_take_the_reference_path() -> None:
     event = _with_floats(next(e for e in _events() if e.anchors), 1e16)
     assert orjson.dumps(1e16) == b"1e+16"
-    assert _reader_of(DEFAULT_FORMAT).ndjson_line(encode(event), "x") is None
+    assert _reader_of(DEFAULT_FORMAT).ndjson_line(encode(event), "x", *_ANY_TIME) is None
     assert ndjson_body(encode(event), source="x").accepted[0].value == encode(event)
 
 
@@ -395,10 +447,10 @@ def _pattern(pattern: str) -> Any:
 
 def test_an_anchor_count_of_thousands_of_digits_is_a_rejection_not_a_crash() -> None:
     entry = to_kong_entry(_events()[0])
-    entry["request"]["headers"]["x-anthropic-anchor-count"] = "1" * 5000
+    entry["response"]["headers"]["x-anthropic-anchor-count"] = "1" * 5000
     for fast in (True, False):
         batch = kong_body(orjson.dumps([entry]), source="kong-test", fast=fast)
-        assert batch.rejected[0].error.first_field == "request.headers.x-anthropic-anchor-count"
+        assert batch.rejected[0].error.first_field == "response.headers.x-anthropic-anchor-count"
 
 
 def test_a_number_beyond_the_float_range_in_an_ignored_key_is_not_json_either_way() -> None:
@@ -416,7 +468,7 @@ def test_the_fast_path_escapes_strings_as_orjson_does() -> None:
     anchors = [event.anchors[0].model_copy(update={"recommendation": every[:64]})]
     for text in (every, every[::-1], "plain"):
         odd = event.model_copy(update={"anchors": anchors, "anchor_count": 1, "source": text[:200]})
-        accepted = _reader_of(DEFAULT_FORMAT).ndjson_line(encode(odd), "x")
+        accepted = _reader_of(DEFAULT_FORMAT).ndjson_line(encode(odd), "x", *_ANY_TIME)
         assert accepted is not None
         assert accepted.value == encode(odd)
 

@@ -32,7 +32,7 @@ def _events() -> tuple[SnapshotEvent, ...]:
 def test_a_kong_batch_maps_each_entry_and_keeps_bad_entries_raw() -> None:
     events = _events()[:10]
     entries: list[Any] = [to_kong_entry(e) for e in events]
-    entries[4]["request"]["headers"]["x-anthropic-anchor-count"] = "many"
+    entries[4]["response"]["headers"]["x-anthropic-anchor-count"] = "many"
     entries.append("not an entry")
     batch = kong_body(orjson.dumps(entries), source="kong")
     assert len(batch) == 11
@@ -41,7 +41,7 @@ def test_a_kong_batch_maps_each_entry_and_keeps_bad_entries_raw() -> None:
     ]
     assert [orjson.loads(r.raw) for r in batch.rejected] == [entries[4], "not an entry"]
     assert [r.error.first_field for r in batch.rejected] == [
-        "request.headers.x-anthropic-anchor-count",
+        "response.headers.x-anthropic-anchor-count",
         "$",
     ]
 
@@ -61,7 +61,7 @@ def test_secrets_in_headers_never_reach_the_dead_letter_copy() -> None:
     entry["request"]["headers"]["X-Api-Key"] = "sk-ant-secret"
     entry["request"]["headers"]["cookie"] = ["session=secret"]
     entry["response"]["headers"]["set-cookie"] = "id=secret"
-    entry["request"]["headers"]["x-anthropic-anchor-count"] = "?"
+    entry["response"]["headers"]["x-anthropic-anchor-count"] = "?"
     for body in (orjson.dumps(entry), orjson.dumps([entry])):
         rejected = kong_body(body, source="kong").rejected[0]
         assert b"secret" not in rejected.raw

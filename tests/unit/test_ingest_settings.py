@@ -30,7 +30,10 @@ def test_defaults_match_the_documented_header_names() -> None:
         "x-anthropic-anchor-count",
         "x-anthropic-snapshot-log",
     )
-    assert (fmt.request_id, fmt.locations) == ("x-request-id", ("request", "response"))
+    assert fmt.request_id == "x-request-id"
+    # The caller declares the doc type; only the upstream's response carries measurements.
+    assert (fmt.doc_type_locations, fmt.measurement_locations) == (("request",), ("response",))
+    assert (s.ingest.max_future_skew_s, s.ingest.max_event_age_s) == (300, 7 * 86_400)
 
 
 def test_environment_and_file_configure_the_section(
@@ -38,11 +41,11 @@ def test_environment_and_file_configure_the_section(
 ) -> None:
     config = tmp_path / "aw.toml"
     config.write_text('[ingest]\nport = 9999\ndoc_type_header = "X-Doc-Type"\n')
-    monkeypatch.setenv("ANCHORWATCH_INGEST__HEADER_LOCATIONS", '["response"]')
+    monkeypatch.setenv("ANCHORWATCH_INGEST__DOC_TYPE_HEADER_LOCATIONS", '["response"]')
     s = IngestSettings.load(config)
     assert s.ingest.port == 9999
     assert s.ingest.doc_type_header == "x-doc-type"  # compared case-insensitively
-    assert kong_format(s).locations == ("response",)
+    assert kong_format(s).doc_type_locations == ("response",)
 
 
 @pytest.mark.parametrize(
@@ -53,8 +56,12 @@ def test_environment_and_file_configure_the_section(
             "ingest.doc_type_header (ANCHORWATCH_INGEST__DOC_TYPE_HEADER",
         ),
         ({"max_body_bytes": 10}, "ingest.max_body_bytes"),
-        ({"header_locations": ["request", "request"]}, "must not repeat a location"),
-        ({"header_locations": ["body"]}, "ingest.header_locations.0"),
+        ({"doc_type_header_locations": ["request", "request"]}, "must not repeat a location"),
+        ({"measurement_header_locations": ["body"]}, "ingest.measurement_header_locations.0"),
+        ({"measurement_header_locations": []}, "ingest.measurement_header_locations"),
+        ({"header_locations": ["request"]}, "header_locations: replaced by"),
+        ({"max_future_skew_s": -1}, "ingest.max_future_skew_s"),
+        ({"max_event_age_s": 0}, "ingest.max_event_age_s"),
         ({"anchor_count_header": "x-anthropic-doc-type"}, "the five header names must differ"),
         ({"auth_token": "t", "auth_token_file": "/x"}, "set auth_token or auth_token_file"),
         ({"source": ""}, "ingest.source"),

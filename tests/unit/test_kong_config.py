@@ -70,3 +70,20 @@ def test_the_sample_fits_the_services_defaults() -> None:
     # Retries outlast more than the default 60 s of Kafka being away.
     assert config["queue"]["max_retry_time"] > 60
     assert config["headers"]["Authorization"].startswith("Bearer {vault://")
+
+
+def test_the_sample_strips_client_copies_of_the_measurement_headers() -> None:
+    """The measurements are the upstream's (on the response); a client's request copies
+    are removed before proxying, and the doc type, which the caller declares, is kept."""
+    config = yaml.safe_load(SAMPLE.read_text())
+    plugins = {p["name"]: p["config"] for s in config["services"] for p in s["plugins"]}
+    removed = {h.lower() for h in plugins["request-transformer"]["remove"]["headers"]}
+    ingest = IngestSettings.load().ingest
+    assert ingest.measurement_header_locations == ["response"]
+    measurements = {
+        ingest.snapshot_status_header,
+        ingest.anchor_count_header,
+        ingest.snapshot_log_header,
+    }
+    assert removed == measurements
+    assert ingest.doc_type_header not in removed

@@ -67,7 +67,9 @@ fn contract() -> String {
         "SnapshotEvent": {
             "event_id": text(1, IDENTIFIER_MAX_CHARS, true),
             "event_time_ms": bounded("int", serde_json::json!({"ge": EPOCH_MS_GE, "lt": EPOCH_MS_LT})),
-            "doc_type": text(1, DOC_TYPE_MAX_CHARS, true),
+            "doc_type": {"required": true, "type": "str", "min_length": 1,
+                         "max_length": DOC_TYPE_MAX_CHARS, "printable": false,
+                         "rule": "doc_type_text"},
             "snapshot_status": {"required": true, "type": "literal", "values": SNAPSHOT_STATUSES},
             "anchor_count": bounded("int", serde_json::json!({"ge": 0, "le": ANCHOR_COUNT_LE})),
             "anchors": {"required": false, "default": [], "type": "list",
@@ -198,6 +200,13 @@ fn printable(text: &str) -> bool {
     !text.bytes().any(|b| b < 0x20 || b == 0x7f)
 }
 
+/// A doc type the contract's `doc_type_text` surely takes unchanged: printable ASCII (in
+/// NFC, no control, format or separator characters) and not only spaces. Anything else,
+/// any non-ASCII letter included, is for the reference path.
+fn plain_doc_type(text: &str) -> bool {
+    text.bytes().all(|b| (0x20..0x7f).contains(&b)) && text.bytes().any(|b| b != b' ')
+}
+
 /// Length in code points, as pydantic counts it.
 fn chars_within(text: &str, min: usize, max: usize) -> bool {
     (min..=max).contains(&text.chars().count())
@@ -245,13 +254,15 @@ struct Event<'e, 'a> {
 }
 
 impl Event<'_, '_> {
-    /// The encoded event, or None where the contract (or a doubt) refuses it.
-    fn encode(&self, compensated_sum: bool) -> Option<Vec<u8>> {
+    /// The encoded event, or None where the contract (or a doubt) refuses it, or its time
+    /// lies outside `window` (earliest, latest; inclusive: `validation.TimeWindow`).
+    fn encode(&self, compensated_sum: bool, window: (i64, i64)) -> Option<Vec<u8>> {
         let valid = chars_within(self.event_id, 1, IDENTIFIER_MAX_CHARS)
             && printable(self.event_id)
             && (EPOCH_MS_GE..EPOCH_MS_LT).contains(&self.event_time_ms)
+            && (window.0..=window.1).contains(&self.event_time_ms)
             && chars_within(self.doc_type, 1, DOC_TYPE_MAX_CHARS)
-            && printable(self.doc_type)
+            && plain_doc_type(self.doc_type)
             && SNAPSHOT_STATUSES.contains(&self.snapshot_status)
             && (0..=ANCHOR_COUNT_LE).contains(&self.anchor_count)
             && self.anchors.len() <= ANCHORS_MAX
@@ -500,7 +511,10 @@ struct Entry<'a> {
 
 struct Config {
     names: [String; 5],
+    /// Every location an entry's headers are read from: `request`, `response`.
     locations: Vec<String>,
+    /// Per header, the locations (indexes into `locations`) it is trusted in, in order.
+    trusted: [Vec<usize>; 5],
 }
 
 struct EntrySeed<'c>(&'c Config);
@@ -738,29 +752,53 @@ fn anchor_log<'p>(part: &'p str, into: &mut Vec<Anchor<'p>>) -> Option<()> {
     Some(())
 }
 
-/// The first location holding the header (`kong._Headers.find`).
-fn find<'e, 'a>(entry: &'e Entry<'a>, slot: usize) -> &'e Header<'a> {
-    entry
-        .locations
+/// The header in a location, Absent when the location has no headers object.
+fn at<'e, 'a>(entry: &'e Entry<'a>, location: usize, slot: usize) -> &'e Header<'a> {
+    match &entry.locations[location] {
+        Some(headers) => &headers.values[slot],
+        None => &Header::Absent,
+    }
+}
+
+/// The first trusted location holding the header (`kong._Headers.find`).
+fn find<'e, 'a>(entry: &'e Entry<'a>, config: &Config, slot: usize) -> &'e Header<'a> {
+    config.trusted[slot]
         .iter()
-        .flatten()
-        .map(|h| &h.values[slot])
+        .map(|&location| at(entry, location, slot))
         .find(|h| !matches!(h, Header::Absent))
         .unwrap_or(&Header::Absent)
 }
 
 /// `kong.kong_record` for an entry the fast path can decide on: the event, or None.
-fn kong_event(entry: &Entry, source: &str, compensated_sum: bool) -> Option<EventRecord> {
+fn kong_event(
+    entry: &Entry,
+    config: &Config,
+    source: &str,
+    window: (i64, i64),
+    compensated_sum: bool,
+) -> Option<EventRecord> {
     if entry.doubtful || entry.locations.iter().flatten().any(|h| h.ambiguous) {
         return None;
     }
-    let doc_type = scalar(find(entry, DOC_TYPE))??;
-    let status = scalar(find(entry, STATUS))??;
-    let count = anchor_count(scalar(find(entry, COUNT))??)?;
-    // Without the request-id header the id comes from request.id or a hash of the entry.
-    let event_id = scalar(find(entry, REQUEST_ID))??;
+    // A snapshot header where it is not trusted (a client's forgery, most likely) is
+    // ignored and counted: the reference path does the counting.
+    for slot in [DOC_TYPE, STATUS, COUNT, LOG] {
+        for location in 0..config.locations.len() {
+            if !config.trusted[slot].contains(&location)
+                && !matches!(at(entry, location, slot), Header::Absent)
+            {
+                return None;
+            }
+        }
+    }
+    let doc_type = scalar(find(entry, config, DOC_TYPE))??;
+    let status = scalar(find(entry, config, STATUS))??;
+    let count = anchor_count(scalar(find(entry, config, COUNT))??)?;
+    // Without a usable request-id header the id comes from request.id or a hash of the
+    // entry, and the fallback is counted: the reference path's to do.
+    let event_id = scalar(find(entry, config, REQUEST_ID))??;
     let mut anchors = Vec::new();
-    match find(entry, LOG) {
+    match find(entry, config, LOG) {
         Header::Absent => {
             if status == "active" && count > 0 {
                 return None; // the reference rejects: the log is required here
@@ -782,7 +820,7 @@ fn kong_event(entry: &Entry, source: &str, compensated_sum: bool) -> Option<Even
         anchors: &anchors,
         source: Some(source),
     }
-    .encode(compensated_sum)?;
+    .encode(compensated_sum, window)?;
     Some((event_id.to_owned(), doc_type.to_owned(), value))
 }
 
@@ -861,10 +899,33 @@ impl SnapshotReader {
         anchor_count: String,
         snapshot_log: String,
         request_id: String,
-        locations: Vec<String>,
+        doc_type_locations: Vec<String>,
+        measurement_locations: Vec<String>,
+        request_id_locations: Vec<String>,
         accepted: Py<PyAny>,
-    ) -> Self {
-        SnapshotReader {
+    ) -> PyResult<Self> {
+        let locations = vec!["request".to_owned(), "response".to_owned()];
+        let indexes = |names: &[String]| -> PyResult<Vec<usize>> {
+            names
+                .iter()
+                .map(|name| {
+                    locations.iter().position(|l| l == name).ok_or_else(|| {
+                        pyo3::exceptions::PyValueError::new_err(format!(
+                            "unknown header location {name:?}"
+                        ))
+                    })
+                })
+                .collect()
+        };
+        let measurements = indexes(&measurement_locations)?;
+        let trusted = [
+            indexes(&doc_type_locations)?,
+            measurements.clone(),
+            measurements.clone(),
+            measurements,
+            indexes(&request_id_locations)?,
+        ];
+        Ok(SnapshotReader {
             config: Config {
                 names: [
                     doc_type,
@@ -874,22 +935,27 @@ impl SnapshotReader {
                     request_id,
                 ],
                 locations,
+                trusted,
             },
             accepted,
             compensated_sum: py.version_info() >= (3, 12),
-        }
+        })
     }
 
     /// One Kong http-log body: per entry, its `Accepted` or None (take the reference path
-    /// for it). None for the whole body when it is not one this reader can read.
+    /// for it). None for the whole body when it is not one this reader can read. Events
+    /// timed outside `earliest_ms..=latest_ms` are not accepted here.
     fn kong<'py>(
         &self,
         py: Python<'py>,
         body: &[u8],
         source: &str,
+        earliest_ms: i64,
+        latest_ms: i64,
     ) -> PyResult<Option<Bound<'py, PyList>>> {
+        let window = (earliest_ms, latest_ms);
         // Reading, checking and encoding touch no Python object: other threads run meanwhile.
-        let Some(events) = py.detach(|| self.kong_events(body, source)) else {
+        let Some(events) = py.detach(|| self.kong_events(body, source, window)) else {
             return Ok(None);
         };
         let accepted = self.accepted.bind(py);
@@ -912,6 +978,8 @@ impl SnapshotReader {
         py: Python<'py>,
         line: &[u8],
         source: &str,
+        earliest_ms: i64,
+        latest_ms: i64,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let Ok(text) = std::str::from_utf8(line) else {
             return Ok(None);
@@ -928,7 +996,7 @@ impl SnapshotReader {
             anchors: &event.anchors,
             source: Some(event.source.as_deref().unwrap_or(source)),
         }
-        .encode(self.compensated_sum);
+        .encode(self.compensated_sum, (earliest_ms, latest_ms));
         match encoded {
             Some(value) => self
                 .accepted
@@ -942,7 +1010,12 @@ impl SnapshotReader {
 
 impl SnapshotReader {
     /// Per entry of a Kong body, its event or None; None for a body not read here.
-    fn kong_events(&self, body: &[u8], source: &str) -> Option<Vec<Option<EventRecord>>> {
+    fn kong_events(
+        &self,
+        body: &[u8],
+        source: &str,
+        window: (i64, i64),
+    ) -> Option<Vec<Option<EventRecord>>> {
         // The reference refuses invalid UTF-8 anywhere, including in what this skips.
         let text = std::str::from_utf8(body).ok()?;
         let mut deserializer = serde_json::Deserializer::from_str(text);
@@ -951,7 +1024,7 @@ impl SnapshotReader {
         let events = entries.iter();
         Some(
             events
-                .map(|entry| kong_event(entry, source, self.compensated_sum))
+                .map(|entry| kong_event(entry, &self.config, source, window, self.compensated_sum))
                 .collect(),
         )
     }
