@@ -39,6 +39,10 @@ from tests.unit.test_alerting_service_support import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+#: The lifecycle escalates on its first critical window: these tests are about delivering
+#: an escalation, not about how much evidence one takes (the policy's tests are).
+POLICY = {"rules": [{"name": "drift", "open_after_critical": 1}]}
+
 DOC_TYPES = [
     "medical_report",
     "<!channel> please",
@@ -80,6 +84,7 @@ def test_lifecycle_of_hostile_doc_types_to_slack_jira_and_drift_events(
     job_settings: JobSettings, tmp_path: Path, slack: LocalSlackWithHistory, jira: LocalJira
 ) -> None:
     config = service_config(job_settings, tmp_path / "state", slack, jira)
+    config["policy"] = POLICY
     service = AlertingService(load_settings(config)).start()
     try:
         wait_until(lambda: service.readiness()[0], 30, "the service to be ready")
@@ -164,6 +169,7 @@ def test_outages_of_slack_and_jira_then_recovery(
         f"{jira.url}/_local/faults", json={"status": 429, "retry_after": 1, "times": -1}, timeout=5
     ).raise_for_status()
     config = service_config(job_settings, tmp_path / "state", slack, jira)
+    config["policy"] = POLICY
     service = AlertingService(load_settings(config)).start()
     try:
         docs = [f"outage-{i}" for i in range(5)]
