@@ -329,8 +329,13 @@ class _Headers:
 # holds), a lone quote (a string that never ends), brackets, commas and colons. Everything
 # else (numbers, literals, whitespace, stray bytes) lies between them and is left to the
 # parser of each entry.
-_TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|["\[\]{},:]', re.DOTALL)
+_TOKEN: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|["\[\]{},:]', re.DOTALL)
 _JSON_SPACE: Final = b" \t\n\r"
+# What splitting needs: the next bracket or comma outside strings (strings, colons, numbers
+# and the rest skipped inside the regex engine), or a quote that opens a string never closed.
+_STRUCTURE: Final = re.compile(
+    rb'(?:"[^"\\]*(?:\\.[^"\\]*)*"|[^"\[\]{},]++)*+([\[\]{},"]|\Z)', re.DOTALL
+)
 
 
 def split_entries(body: bytes) -> list[bytes] | None:
@@ -346,13 +351,14 @@ def split_entries(body: bytes) -> list[bytes] | None:
     parts: list[bytes] = []
     start = 0
     end = -1
-    for match in _TOKEN.finditer(text):
-        token = match.group()
+    for match in _STRUCTURE.finditer(text):
+        token = match.group(1)
+        if not token:
+            break  # the end of the text
         first = token[0]
-        if first == 0x22:  # '"'
-            if len(token) == 1:
-                return None
-        elif first in b"[{":
+        if first == 0x22:  # a quote the strings before it did not close: never ends
+            return None
+        if first in b"[{":
             stack.append(first)
             if len(stack) == 1:
                 start = match.end()
@@ -360,12 +366,12 @@ def split_entries(body: bytes) -> list[bytes] | None:
             if not stack or stack.pop() != (0x5B if first == 0x5D else 0x7B):
                 return None
             if not stack:
-                end = match.start()
+                end = match.start(1)
                 if match.end() != len(text):
                     return None  # text after the top level
                 break
-        elif first == 0x2C and len(stack) == 1 and text[0] == 0x5B:  # ',' between entries
-            parts.append(text[start : match.start()].strip(_JSON_SPACE))
+        elif len(stack) == 1 and text[0] == 0x5B:  # ',' between entries
+            parts.append(text[start : match.start(1)].strip(_JSON_SPACE))
             start = match.end()
     if end < 0:
         return None

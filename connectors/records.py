@@ -134,7 +134,12 @@ def _kong_entries(
     if parts is None:
         return None
     batch = Batch()
+    reader = _reader(fmt)
     for index, part in enumerate(parts):
+        fast = reader.kong(part, source, *_bounds(window))
+        if fast is not None and len(fast) == 1 and fast[0] is not None:
+            batch.accepted.append(fast[0])
+            continue
         try:
             part.decode()  # orjson's error for a bad byte always points at the start
             entry = orjson.loads(part)
