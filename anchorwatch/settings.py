@@ -70,6 +70,14 @@ class TopicSettings(Section):
     )
     partitions: int = Field(4, ge=1, le=1024, description="Partitions for new data topics.")
     replication_factor: int = Field(1, ge=1, le=16, description="Replication for new topics.")
+    max_message_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1024 * 1024,
+        le=1024 * 1024 * 1024,
+        description="max.message.bytes of new topics (the broker's message.max.bytes in the "
+        "local stack); producers write records up to this minus 128 KiB of framing. Must "
+        "hold the largest event the contract allows (the ingest service checks at start).",
+    )
 
     @field_validator("snapshots", "dead_letter", "windows", "verdicts", "baselines", "drift_events")
     @classmethod

@@ -26,6 +26,13 @@ The broker is warmed up first (its JVM compiles the produce path under load), th
 per-round ratios are printed at the end.
 
     .venv/bin/python bench/ingest.py --events 100000 --workers 2 --concurrency 8 32
+
+``--rejected-mib M`` measures memory instead: one worker, ``--rejected-clients`` connections
+each posting ``--rejected-requests`` Kong bodies of M MiB whose every entry is rejected (a
+``started_at`` that is not a number), so each entry becomes a dead letter; prints the
+service's peak RSS (VmHWM) and checks the dead-letter topic holds every entry once.
+
+    .venv/bin/python bench/ingest.py --rejected-mib 13 --rejected-clients 3
 """
 
 from __future__ import annotations
@@ -321,6 +328,71 @@ def run_ingest(
 broker = private_kafka
 
 
+def rejected_body(events: list[SnapshotEvent], mib: float, seed: int) -> tuple[bytes, int]:
+    """A Kong batch of about ``mib`` MiB whose every entry is rejected; (body, entries)."""
+    entries: list[dict[str, Any]] = []
+    size, target = 2, int(mib * 1024 * 1024)
+    while size < target:
+        for e in events:
+            entry = to_kong_entry(e)
+            entry["started_at"] = f"yesterday-{seed}-{len(entries)}"
+            size += len(orjson.dumps(entry)) + 1
+            entries.append(entry)
+            if size >= target:
+                break
+    return orjson.dumps(entries), len(entries)
+
+
+def run_rejected(args: argparse.Namespace) -> None:
+    """Peak RSS of one worker while several clients post large bodies of rejected entries."""
+    events = make_events(2_000)
+    bodies = [rejected_body(events, args.rejected_mib, c) for c in range(args.rejected_clients)]
+    entries = sum(n for _, n in bodies) * args.rejected_requests
+    print(
+        f"{args.rejected_clients} clients x {args.rejected_requests} requests of "
+        f"{len(bodies[0][0]) / 2**20:.1f} MiB ({bodies[0][1]} rejected Kong entries each)"
+    )
+    with broker(args.bootstrap) as bootstrap:
+        base = JobSettings.load(kafka={"bootstrap_servers": bootstrap})
+        with private_topics(base) as job:
+            port = free_port()
+            settings = IngestSettings.load(
+                kafka=job.kafka.model_dump(),
+                topics=job.topics.model_dump(),
+                ingest={"port": port, "ack_timeout_s": 60},
+            )
+            server = multiprocessing.get_context("spawn").Process(target=_serve, args=(settings,))
+            server.start()
+            try:
+                asyncio.run(_wait_ready(f"http://127.0.0.1:{port}/readyz"))
+                assert server.pid is not None
+                idle_kib = _rss_peak_kib(server.pid)
+                started = time.perf_counter()
+
+                async def clients() -> None:
+                    await asyncio.gather(
+                        *(
+                            post_all(port, http_requests([b] * args.rejected_requests), 1)
+                            for b, _ in bodies
+                        )
+                    )
+
+                asyncio.run(clients())
+                elapsed = time.perf_counter() - started
+                peak_kib = _rss_peak_kib(server.pid)
+            finally:
+                if server.pid is not None:
+                    os.kill(server.pid, signal.SIGTERM)
+                server.join(60)
+            letters = topic_count(bootstrap, job.topics.dead_letter)
+    if letters != entries:
+        raise SystemExit(f"dead-letter topic holds {letters} records for {entries} entries")
+    print(
+        f"peak RSS of the service: {peak_kib / 1024:.0f} MiB (after start-up: "
+        f"{idle_kib / 1024:.0f} MiB); {entries} dead letters in {elapsed:.1f}s, each once"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--events", type=int, default=200_000)
@@ -358,7 +430,17 @@ def main() -> None:
         default=500_000,
         help="records the plain producer writes first, to warm the broker up",
     )
+    parser.add_argument(
+        "--rejected-mib",
+        type=float,
+        help="measure peak RSS instead: bodies of this many MiB, every entry rejected",
+    )
+    parser.add_argument("--rejected-clients", type=int, default=3)
+    parser.add_argument("--rejected-requests", type=int, default=4, help="per client")
     args = parser.parse_args()
+    if args.rejected_mib:
+        run_rejected(args)
+        return
     print("load average (1, 5, 15 min) at the start: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
 
     t = time.perf_counter()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -35,21 +36,29 @@ from typing import Any, Final
 
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient
 
 from anchorwatch.connectors.metrics import IngestMetrics
-from anchorwatch.connectors.publisher import dead_letter
+from anchorwatch.connectors.publisher import (
+    MAX_MESSAGE_SETTING,
+    check_record_limit,
+    contract_max_bytes,
+    dead_letter_value,
+    producer_max_bytes,
+    record_limit,
+)
 from anchorwatch.connectors.records import Rejected
 from anchorwatch.connectors.settings import IngestOptions
 from anchorwatch.connectors.validation import Accepted
-from anchorwatch.contracts import encode
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.kafkaio import client_config
 from anchorwatch.settings import KafkaSettings, TopicSettings
+from anchorwatch.stack.topics import topic_message_bytes
 
 log = logging.getLogger(__name__)
 
 _ERRORS_KEPT: Final = 3
-# Event ids Kafka acknowledged in requests that failed as a whole, kept so that the client's
+# Records Kafka acknowledged in requests that failed as a whole, kept so that the client's
 # retry of such a request does not write them twice (see AckingProducer.send).
 _WRITTEN_TTL_S: Final = 600.0
 _WRITTEN_MAX: Final = 1_000_000
@@ -139,9 +148,13 @@ class AckingProducer:
         *,
         source: str,
     ) -> None:
+        self._kafka = kafka
         self._topics = topics
         self._options = options
         self._metrics = metrics
+        check_record_limit(topics)  # the contract's largest event fits, or no start
+        self._limit = record_limit(topics)
+        self._topics_checked = False
         self._source = source
         self._inflight_records = 0
         self._inflight_bytes = 0
@@ -150,7 +163,9 @@ class AckingProducer:
         self._up = False
         self._poller: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        self._written: dict[str, float] = {}  # event id -> when acknowledged (monotonic)
+        # (event id, digest of the record) -> when acknowledged (monotonic). The content,
+        # not the client's id alone: another event reusing an id is not a retry.
+        self._written: dict[tuple[str, bytes], float] = {}
         # Requests whose records wait for the next round: (acks, events, dead letters).
         self._waiting: list[tuple[_Acks, list[dict[str, Any]], list[dict[str, Any]]]] = []
         self._rounds = 0  # rounds in flight
@@ -164,6 +179,9 @@ class AckingProducer:
                     "linger.ms": options.linger_ms,
                     "compression.type": options.compression,
                     "message.timeout.ms": message_timeout_ms,
+                    # The largest record: at most the topics' max.message.bytes (checked
+                    # at start); dead letters are cut to fit.
+                    "message.max.bytes": producer_max_bytes(topics),
                     # Admission control (below) keeps the queue under the configured limits;
                     # librdkafka's own bounds are a backstop above them.
                     "queue.buffering.max.messages": min(
@@ -189,6 +207,8 @@ class AckingProducer:
         loop = asyncio.get_running_loop()
         try:
             missing = await loop.run_in_executor(None, self._missing_topics, timeout_s)
+            if not missing:
+                await loop.run_in_executor(None, self._check_topic_sizes, timeout_s)
         except KafkaException as exc:
             log.warning("Kafka does not answer yet; starting unready", extra={"error": str(exc)})
         else:
@@ -199,6 +219,36 @@ class AckingProducer:
                 )
             self._set_up(True)
         self._poller = asyncio.create_task(self._poll_loop(), name="kafka-poll")
+
+    def _check_topic_sizes(self, timeout_s: float) -> None:
+        """Raise, naming the topic, when Kafka would refuse records this service may write:
+        the chain is contract maximum <= message.max.bytes <= each topic's max.message.bytes."""
+        names = [self._topics.snapshots, self._topics.dead_letter]
+        admin = AdminClient(client_config(self._kafka))
+        want = self._topics.max_message_bytes
+        for name, size in topic_message_bytes(admin, names, timeout_s).items():
+            if size < want:
+                raise AnchorwatchError(
+                    f"topic {name} takes records of up to {size} bytes (max.message.bytes), "
+                    f"below {MAX_MESSAGE_SETTING} = {want}: Kafka would refuse events the "
+                    f"contract allows (up to {contract_max_bytes()} bytes). Raise it: "
+                    f"kafka-configs.sh --alter --entity-type topics --entity-name {name} "
+                    f"--add-config max.message.bytes={want} (`anchorwatch stack up` does)"
+                )
+        self._topics_checked = True
+
+    def _check_later(self) -> None:
+        # Kafka was down at start: check the topics once it answers; until they pass, the
+        # service stays unready and answers 503 (the operator's fault, not the client's).
+        try:
+            self._check_topic_sizes(10)
+        except AnchorwatchError as exc:
+            self._fatal = str(exc)
+            self._metrics.kafka_up.set(0)
+            log.error("ingest topics refuse records the contract allows", extra={"error": str(exc)})
+        except KafkaException as exc:
+            self._topics_checked = False  # again when Kafka next comes back
+            log.warning("could not check the topics yet", extra={"error": str(exc)})
 
     def _missing_topics(self, timeout_s: float) -> list[str]:
         missing = []
@@ -257,7 +307,7 @@ class AckingProducer:
         skipped = 0
         if self._written:
             self._forget_written()
-            fresh = [a for a in accepted if a.event_id not in self._written]
+            fresh = [a for a in accepted if (a.event_id, _digest(a.value)) not in self._written]
             skipped = len(accepted) - len(fresh)
             accepted = fresh
         events: list[dict[str, Any]] = [
@@ -266,8 +316,9 @@ class AckingProducer:
         letters: list[dict[str, Any]] = []
         if rejected:
             now = int(time.time() * 1000)
+            limit, source = self._limit, self._source
             letters = [
-                {"value": encode(dead_letter(r.raw, r.error, self._source, now))} for r in rejected
+                {"value": dead_letter_value(r.raw, r.error, source, now, limit)} for r in rejected
             ]
         count = len(events) + len(letters)
         size = sum([len(a.value) for a in accepted]) + sum([len(m["value"]) for m in letters])
@@ -367,7 +418,7 @@ class AckingProducer:
         now = time.monotonic()
         for a in produced:
             if a.value not in failed:
-                self._written[a.event_id] = now
+                self._written[a.event_id, _digest(a.value)] = now
         while len(self._written) > _WRITTEN_MAX:
             del self._written[next(iter(self._written))]
 
@@ -421,5 +472,13 @@ class AckingProducer:
     def _set_up(self, up: bool) -> None:
         if up != self._up:
             log.info("Kafka is reachable" if up else "Kafka is unreachable")
+            if up and not self._topics_checked:
+                with contextlib.suppress(RuntimeError):  # no loop: flushing at close
+                    asyncio.get_running_loop().run_in_executor(None, self._check_later)
+                    self._topics_checked = True  # one check at a time
         self._up = up
         self._metrics.kafka_up.set(1 if up and self._fatal is None else 0)
+
+
+def _digest(value: bytes) -> bytes:
+    return hashlib.blake2b(value, digest_size=16).digest()

@@ -7,18 +7,110 @@ until Kafka has acknowledged it; ``flush`` fails loudly if anything was not.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
+import annotated_types
 from confluent_kafka import KafkaError, Message, Producer
+from pydantic import BaseModel
 
 from anchorwatch.connectors.validation import Accepted
-from anchorwatch.contracts import ContractError, DeadLetter, SnapshotEvent, decode_snapshot, encode
+from anchorwatch.contracts import (
+    AnchorSnapshot,
+    ContractError,
+    DeadLetter,
+    SnapshotEvent,
+    decode_snapshot,
+    encode,
+)
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.kafkaio import client_config
 from anchorwatch.settings import KafkaSettings, TopicSettings
+
+#: Room left, under a topic's max.message.bytes, for Kafka's framing of the record batch
+#: around one record (batch and record headers) and for lz4's worst case on incompressible
+#: bytes (1/255 of the size: 64 KiB for 16 MiB).
+FRAMING_BYTES: Final = 128 * 1024
+MAX_MESSAGE_SETTING: Final = "topics.max_message_bytes (ANCHORWATCH_TOPICS__MAX_MESSAGE_BYTES)"
+
+
+def record_limit(topics: TopicSettings) -> int:
+    """The largest record (key + value) the producers write. The chain: contract maximum
+    <= this < the producer's message.max.bytes (``producer_max_bytes``) <= each topic's
+    max.message.bytes (checked at the ingest service's start)."""
+    return topics.max_message_bytes - FRAMING_BYTES
+
+
+def producer_max_bytes(topics: TopicSettings) -> int:
+    """librdkafka's message.max.bytes: it counts a record's wire overhead (a few dozen
+    bytes) against it, so it stays above the record limit."""
+    return record_limit(topics) + 1024
+
+
+def check_record_limit(topics: TopicSettings) -> None:
+    """Raise, naming the setting, when the largest event the contract allows would not fit."""
+    need = contract_max_bytes() + FRAMING_BYTES
+    if topics.max_message_bytes < need:
+        raise AnchorwatchError(
+            f"{MAX_MESSAGE_SETTING} is {topics.max_message_bytes}: the snapshot contract "
+            f"allows events of up to {contract_max_bytes()} bytes (key included), which "
+            f"with {FRAMING_BYTES} bytes of Kafka framing need at least {need}"
+        )
+
+
+# The longest JSON text of a float (orjson): 17 significant digits, a sign, an exponent.
+_LONGEST_FLOAT: Final = -1.2345678901234567e-300
+_PRINTABLE: Final = r"^[^\x00-\x1f\x7f]+$"
+
+
+def _worst(model: type[BaseModel]) -> BaseModel:
+    """An instance of ``model`` (not validated) whose every field takes the most bytes its
+    bounds allow once encoded: an upper bound of the contract's largest record."""
+    values: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        args = typing.get_args(annotation)
+        if type(None) in args:
+            (annotation,) = (a for a in args if a is not type(None))
+        meta = {type(m): m for m in info.metadata}
+        longest = meta.get(annotated_types.MaxLen)
+        if annotation is str:
+            if longest is None:
+                raise AnchorwatchError(f"{model.__name__}.{name}: unbounded text, no size limit")
+            # Printable text: 4-byte UTF-8 at worst; other text: a control character, which
+            # JSON writes as 6 bytes (\u0001).
+            printable = any(getattr(m, "pattern", None) == _PRINTABLE for m in info.metadata)
+            values[name] = ("\U0001f600" if printable else "\x01") * longest.max_length
+        elif annotation is int:
+            le, lt = meta.get(annotated_types.Le), meta.get(annotated_types.Lt)
+            values[name] = le.le if le else lt.lt - 1 if lt else 2**64 - 1  # orjson's largest
+        elif annotation is float:
+            values[name] = _LONGEST_FLOAT
+        elif typing.get_origin(annotation) is Literal:
+            values[name] = max(typing.get_args(annotation), key=lambda v: len(str(v)))
+        elif typing.get_origin(annotation) is list and longest is not None:
+            (item,) = typing.get_args(annotation)
+            values[name] = [_worst(item)] * longest.max_length
+        else:
+            raise AnchorwatchError(f"{model.__name__}.{name}: cannot bound its size")
+    return model.model_construct(**values)
+
+
+@functools.cache
+def contract_max_bytes() -> int:
+    """An upper bound of the largest snapshot record the contract allows: the encoded event
+    plus its key (the doc type, 4 bytes a character at most)."""
+    assert AnchorSnapshot in typing.get_args(SnapshotEvent.model_fields["anchors"].annotation)
+    doc_type = next(
+        m for m in SnapshotEvent.model_fields["doc_type"].metadata
+        if isinstance(m, annotated_types.MaxLen)
+    )  # fmt: skip
+    return len(encode(_worst(SnapshotEvent))) + 4 * doc_type.max_length
 
 
 class DeliveryError(AnchorwatchError):
@@ -51,6 +143,31 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def dead_letter_value(
+    raw: bytes, error: ContractError, source: str, now_ms: int, limit: int
+) -> bytes:
+    """The encoded dead letter, at most ``limit`` bytes. One too big for Kafka keeps the
+    first bytes of ``raw`` that fit, and its reason ends with the original size and the
+    sha256 of all of it; a rejected record always has its dead letter, never a retry."""
+    value = encode(dead_letter(raw, error, source, now_ms))
+    if len(value) <= limit:
+        return value
+    digest = hashlib.sha256(raw).hexdigest()
+    reason = _cut(str(error), 1_700)
+    keep = limit
+    while True:
+        keep = max(0, min(keep, len(raw)))
+        note = f" [raw cut to its first {keep} of {len(raw)} bytes; sha256 of all: {digest}]"
+        letter = dead_letter(raw[:keep], error, source, now_ms).model_copy(
+            update={"reason": reason + note}
+        )
+        value = encode(letter)
+        if len(value) <= limit or keep == 0:
+            return value
+        # JSON may write a byte as up to 6 (\u0001): shrink by the excess, in proportion.
+        keep -= max(1, (len(value) - limit) * keep // len(value) + 1)
+
+
 class SnapshotPublisher:
     def __init__(
         self,
@@ -65,6 +182,7 @@ class SnapshotPublisher:
         self._source = source
         self._clock_ms = clock_ms
         self.stats = PublishStats()
+        self._limit = record_limit(topics)
         self._producer = Producer(
             client_config(
                 kafka,
@@ -73,6 +191,7 @@ class SnapshotPublisher:
                     "acks": "all",
                     "linger.ms": 20,
                     "compression.type": "lz4",
+                    "message.max.bytes": producer_max_bytes(topics),
                     **(producer_overrides or {}),
                 },
             )
@@ -101,8 +220,8 @@ class SnapshotPublisher:
         self.stats.rejected += 1
         reasons = self.stats.reject_reasons
         reasons[error.first_field] = reasons.get(error.first_field, 0) + 1
-        letter = dead_letter(raw, error, self._source, self._clock_ms())
-        self._produce(self._topics.dead_letter, None, encode(letter))
+        letter = dead_letter_value(raw, error, self._source, self._clock_ms(), self._limit)
+        self._produce(self._topics.dead_letter, None, letter)
 
     def _produce(self, topic: str, key: bytes | None, value: bytes) -> None:
         while True:

@@ -56,6 +56,14 @@ class Rejected:
     raw: bytes
     error: ContractError
 
+    def __post_init__(self) -> None:
+        # A caught error keeps the frames that raised it (its traceback, and that of the
+        # pydantic error in its context), and they hold the whole parsed body and the batch
+        # that holds this error: a reference cycle that only a full collection frees, which
+        # let large rejected requests pile up hundreds of MB. The message is all we need.
+        error = self.error
+        error.__traceback__ = error.__context__ = error.__cause__ = None
+
 
 @dataclass(slots=True)
 class Batch:

@@ -147,6 +147,34 @@ class IngestOptions(Section):
     shutdown_timeout_s: float = Field(
         30, gt=0, description="On SIGTERM: how long in-flight requests may take to finish."
     )
+    header_timeout_s: float = Field(
+        10,
+        gt=0,
+        le=300,
+        description="A request's line and headers must arrive within this, counted from the "
+        "connection's opening or the request's first byte; else 408 and the connection closes.",
+    )
+    body_timeout_s: float = Field(
+        60,
+        gt=0,
+        le=3600,
+        description="A request's body must arrive within this once its headers have; else 408 "
+        "and the connection closes.",
+    )
+    keepalive_timeout_s: float = Field(
+        75,
+        gt=0,
+        le=3600,
+        description="An idle keep-alive connection closes after this (above the sender's "
+        "own idle timeout: Kong keeps idle upstream connections 60 s).",
+    )
+    max_connections: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description="Open connections per worker; past it a new connection gets 503 and is "
+        "closed. Kept below the process's open-file limit (raised to fit when allowed).",
+    )
 
     @field_validator(
         "request_id_header",

@@ -56,6 +56,7 @@ class KafkaBroker:
     controller_port: int
     heap: str
     default_partitions: int
+    max_message_bytes: int = 16 * 1024 * 1024  # topics.max_message_bytes
 
     @property
     def bootstrap(self) -> str:
@@ -102,6 +103,9 @@ class KafkaBroker:
             # Flink's exactly-once Kafka sink defaults to a 1 h transaction timeout, above
             # the broker's 15 min default; allow it rather than fail at job start.
             "transaction.max.timeout.ms": "3600000",
+            # The largest record batch: topics get the same max.message.bytes explicitly;
+            # this covers topics created without it.
+            "message.max.bytes": str(self.max_message_bytes),
         }
         return "".join(f"{k}={v}\n" for k, v in props.items())
 

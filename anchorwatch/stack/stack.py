@@ -69,6 +69,7 @@ class Stack:
             controller_port=o.controller_port,
             heap=o.kafka_heap,
             default_partitions=settings.topics.partitions,
+            max_message_bytes=settings.topics.max_message_bytes,
         )
         self.flink = FlinkCluster(
             state_dir=root / "flink",

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from anchorwatch.settings import TopicSettings
 from anchorwatch.stack.processes import StackError
@@ -22,7 +30,9 @@ class TopicSpec:
 
 def topic_specs(topics: TopicSettings) -> list[TopicSpec]:
     n = topics.partitions
-    return [
+    # Every topic takes records up to the configured size, whatever the broker's default.
+    size = {"max.message.bytes": str(topics.max_message_bytes)}
+    specs = [
         TopicSpec(topics.snapshots, n, {"retention.ms": str(_WEEK_MS)}),
         # Rejects are evidence: keep them longer than the data they were meant to be.
         TopicSpec(topics.dead_letter, n, {"retention.ms": str(4 * _WEEK_MS)}),
@@ -40,16 +50,19 @@ def topic_specs(topics: TopicSettings) -> list[TopicSpec]:
         ),
         TopicSpec(topics.drift_events, n, {"retention.ms": str(4 * _WEEK_MS)}),
     ]
+    return [TopicSpec(s.name, s.partitions, {**s.config, **size}) for s in specs]
 
 
 def ensure_topics(
     admin: AdminClient, topics: TopicSettings, *, timeout_s: float = 30
 ) -> dict[str, str]:
-    """Create the missing topics; returns {topic: "created" | "exists"}."""
+    """Create the missing topics and raise the max.message.bytes of existing ones that
+    allow less than ``topics.max_message_bytes``; returns {topic: "created" | "exists"}."""
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     specs = topic_specs(topics)
     missing = [s for s in specs if s.name not in existing]
     outcome = {s.name: "exists" for s in specs if s.name in existing}
+    _raise_message_size(admin, [s.name for s in specs if s.name in existing], topics, timeout_s)
     if not missing:
         return outcome
     futures = admin.create_topics(
@@ -74,3 +87,45 @@ def ensure_topics(
                 continue
             raise StackError(f"creating topic {name} failed: {exc}") from None
     return outcome
+
+
+def topic_message_bytes(admin: AdminClient, names: list[str], timeout_s: float) -> dict[str, int]:
+    """Each topic's max.message.bytes as the broker applies it (its default included)."""
+    out: dict[str, int] = {}
+    for attempt in range(6):
+        resources = [ConfigResource(ResourceType.TOPIC, n) for n in names if n not in out]
+        described = admin.describe_configs(resources, request_timeout=timeout_s)
+        for resource, future in described.items():
+            try:
+                configs = future.result(timeout=timeout_s)
+            except KafkaException as exc:
+                # A topic created a moment ago may not be known to the broker yet.
+                if attempt == 5 or exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
+                continue
+            out[resource.name] = int(configs["max.message.bytes"].value)
+        if len(out) == len(names):
+            break
+        time.sleep(0.5)
+    return out
+
+
+def _raise_message_size(
+    admin: AdminClient, names: list[str], topics: TopicSettings, timeout_s: float
+) -> None:
+    # Topics made before the setting existed (or with a smaller one) refuse large records.
+    if not names:
+        return
+    want = topics.max_message_bytes
+    low = [n for n, size in topic_message_bytes(admin, names, timeout_s).items() if size < want]
+    if not low:
+        return
+    entry = ConfigEntry("max.message.bytes", str(want), incremental_operation=AlterConfigOpType.SET)
+    resources = [ConfigResource(ResourceType.TOPIC, n, incremental_configs=[entry]) for n in low]
+    for resource, future in admin.incremental_alter_configs(resources).items():
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            raise StackError(
+                f"raising max.message.bytes of topic {resource.name} to {want} failed: {exc}"
+            ) from None
