@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 NATIVE := connectors/native
 
-.PHONY: demo test lint unit integration jvm clean
+.PHONY: demo test lint unit integration jvm clean fuzz fuzz-corpus
 
 demo: $(VENV)/.installed jvm          ## end to end on this machine (Kafka + embedded Flink)
 	$(BIN)/anchorwatch demo
@@ -36,6 +36,25 @@ $(VENV)/.installed: pyproject.toml $(NATIVE)/Cargo.toml $(NATIVE)/Cargo.lock $(w
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
+
+# Coverage-guided fuzzing of the ingest reader (README, Fuzzing): each target for
+# FUZZ_SECONDS on the committed corpus and what earlier runs added (fuzz/corpus/.work/, not
+# committed), then every input replayed through both paths. Needs cargo-fuzz and nightly.
+FUZZ_SECONDS ?= 60
+FUZZ_RUN = cd $(NATIVE) && PYO3_PYTHON=$(abspath $(BIN)/python) ASAN_OPTIONS=detect_leaks=0 cargo +nightly fuzz
+
+fuzz: $(VENV)/.installed
+	@command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz not found: cargo install cargo-fuzz; rustup toolchain install nightly"; exit 1; }
+	for t in kong ndjson; do mkdir -p $(NATIVE)/fuzz/corpus/.work/$$t; \
+	  ($(FUZZ_RUN) run $$t fuzz/corpus/.work/$$t fuzz/corpus/$$t -- -dict=fuzz/$$t.dict \
+	    -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1) || exit 1; done
+	$(BIN)/python -m bench.fuzz_ingest replay
+
+# Fold what `make fuzz` found into the committed corpus, minimised (cargo fuzz cmin) to
+# the fewest inputs that reach every edge the whole reached.
+fuzz-corpus: $(VENV)/.installed
+	for t in kong ndjson; do cp -n $(NATIVE)/fuzz/corpus/.work/$$t/* $(NATIVE)/fuzz/corpus/$$t/ 2>/dev/null; \
+	  ($(FUZZ_RUN) cmin $$t fuzz/corpus/$$t -- -use_counters=0) || exit 1; done
 
 clean:
 	-$(BIN)/anchorwatch stack down

@@ -1,0 +1,3 @@
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|body: &[u8]| anchorwatch_ingest_native_fuzz::ndjson(body));
