@@ -143,6 +143,13 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def tight(data: bytes) -> bytes:
+    """A copy of ``data`` in a buffer of its own size. orjson's output keeps the capacity it
+    grew to (measured: 32 KB for a 3 KB dead letter), and a request holds thousands of them
+    until Kafka acknowledges: 150 MB for one 13 MB batch of rejected entries."""
+    return bytes(memoryview(data))
+
+
 def dead_letter_value(
     raw: bytes, error: ContractError, source: str, now_ms: int, limit: int
 ) -> bytes:
@@ -151,7 +158,7 @@ def dead_letter_value(
     sha256 of all of it; a rejected record always has its dead letter, never a retry."""
     value = encode(dead_letter(raw, error, source, now_ms))
     if len(value) <= limit:
-        return value
+        return tight(value)
     digest = hashlib.sha256(raw).hexdigest()
     reason = _cut(str(error), 1_700)
     keep = limit
@@ -163,7 +170,7 @@ def dead_letter_value(
         )
         value = encode(letter)
         if len(value) <= limit or keep == 0:
-            return value
+            return tight(value)
         # JSON may write a byte as up to 6 (\u0001): shrink by the excess, in proportion.
         keep -= max(1, (len(value) - limit) * keep // len(value) + 1)
 

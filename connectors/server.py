@@ -14,7 +14,8 @@ reasons; 400 for a body that is not JSON at all, or HTTP that aiohttp's parser r
 (when one is configured); 408 when the head or the body is not in within its timeout; 413
 for a body over ``ingest.max_body_bytes``; 503 with ``Retry-After`` when Kafka is
 unreachable, the producer queue is full, a record was not acknowledged, the service is
-shutting down, or the worker already has ``ingest.max_connections`` connections open.
+shutting down, the bodies in memory leave no room (``ingest.max_bodies_bytes``) within
+``ack_timeout_s``, or the worker already has ``ingest.max_connections`` connections open.
 
 A client's bytes cannot hold the worker's resources: a connection must deliver each request
 head within ``header_timeout_s`` and its body within ``body_timeout_s``, connections past the
@@ -105,6 +106,35 @@ class _Throttle:
             return None
         self._next[kind] = now + self._interval
         return self._skipped.pop(kind, 0)
+
+
+class _ByteBudget:
+    """Bytes of request bodies in memory at once: a request takes its share before reading
+    its body and gives it back once answered (synchronously: a cancelled request cannot
+    keep its share)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.free = total
+        self._waiters: list[asyncio.Future[None]] = []
+
+    async def acquire(self, size: int) -> None:
+        while self.free < size:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        self.free -= size
+
+    def release(self, size: int) -> None:
+        self.free += size
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:  # each checks again whether its share fits
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 class _HttpLog(logging.Logger):
@@ -332,6 +362,8 @@ class IngestService:
             registry=self.registry,
         )
         self._body_timeout = options.body_timeout_s
+        self._bodies = _ByteBudget(options.max_bodies_bytes)
+        self._room_timeout = options.ack_timeout_s
         self._http_throttle = _Throttle()
         self.producer = AckingProducer(
             settings.kafka, settings.topics, options, self.metrics, source=options.source
@@ -421,6 +453,24 @@ class IngestService:
             )
         if request.content_length is not None and request.content_length > self._max_body:
             return self._too_large(request.content_length)
+        # Bodies in memory at once are bounded (a rejected batch costs about three times its
+        # size until Kafka acknowledges its dead letters); past it a request waits its turn.
+        share = self._max_body if request.content_length is None else request.content_length
+        try:
+            async with asyncio.timeout(self._room_timeout):
+                await self._bodies.acquire(share)
+        except TimeoutError:
+            return self._unavailable(
+                "memory",
+                {"error": "too many request bodies in memory (ingest.max_bodies_bytes)",
+                 "written": 0},
+            )  # fmt: skip
+        try:
+            return await self._read_and_produce(request, fmt)
+        finally:
+            self._bodies.release(share)
+
+    async def _read_and_produce(self, request: web.Request, fmt: Format) -> web.Response:
         try:
             async with asyncio.timeout(self._body_timeout):
                 body = await request.read()
@@ -428,6 +478,8 @@ class IngestService:
             return self._too_large(None)
         except TimeoutError:
             return self._body_late()
+        except ConnectionError:  # the client left mid-body: nobody to answer, nothing to log
+            return _json(400, {"error": "the connection closed before the body was complete"})
         self.metrics.bytes_in.labels(fmt).inc(len(body))
         window = time_window(self.settings, time.time_ns() // 1_000_000)
         try:

@@ -168,6 +168,14 @@ class IngestOptions(Section):
         description="An idle keep-alive connection closes after this (above the sender's "
         "own idle timeout: Kong keeps idle upstream connections 60 s).",
     )
+    max_bodies_bytes: int = Field(
+        32 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of request bodies a worker holds at once, from reading to Kafka's "
+        "acknowledgement (a batch of rejected entries costs about five times its size in "
+        "memory); a request waits up to ack_timeout_s for room, else 503. At least "
+        "max_body_bytes.",
+    )
     max_connections: int = Field(
         1000,
         ge=1,
@@ -220,6 +228,15 @@ class IngestOptions(Section):
                 "trusted only where the upstream writes them"
             )
         return data
+
+    @model_validator(mode="after")
+    def _bodies_fit(self) -> IngestOptions:
+        if self.max_bodies_bytes < self.max_body_bytes:
+            raise ValueError(
+                f"max_bodies_bytes: {self.max_bodies_bytes} is below max_body_bytes "
+                f"({self.max_body_bytes}): the largest body could never be read"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_token_source(self) -> IngestOptions:

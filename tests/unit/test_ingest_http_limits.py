@@ -147,6 +147,67 @@ def test_connections_past_the_cap_are_refused_and_the_slot_comes_back() -> None:
     assert (_refused(service, "max_connections") or 0) >= 1
 
 
+def _post(path: str, body: bytes, length: int | None = None) -> bytes:
+    size = len(body) if length is None else length
+    return b"POST %s HTTP/1.1\r\nHost: ingest\r\nContent-Length: %d\r\n\r\n%s" % (
+        path.encode(),
+        size,
+        body,
+    )
+
+
+def test_bodies_in_memory_are_bounded_and_a_request_past_it_waits_then_gets_503() -> None:
+    async def scenario(service: IngestService, port: int) -> None:
+        # One request holds most of the room while its body trickles in.
+        slow_reader, slow = await _connect(port)
+        await _send(slow, _post("/v1/kong", b"[" + b" " * 99, length=60_000))
+        await asyncio.sleep(0.1)
+        reader, writer = await _connect(port)
+        await _send(writer, _post("/v1/kong", b"[" + b" " * 9998 + b"]"))
+        answer = await _response(reader)
+        assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+        assert b"ingest.max_bodies_bytes" in answer
+        writer.close()
+        slow.close()
+        await _until_closed(slow_reader)
+        # Its room is back: the next request gets as far as Kafka (unreachable here).
+        for _ in range(100):
+            reader, writer = await _connect(port)
+            await _send(writer, _post("/v1/kong", b"[" + b" " * 9998 + b"]"))
+            answer = await _response(reader)
+            writer.close()
+            if b"Kafka is unreachable" in answer:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"the room never came back: {answer[:300]!r}")
+
+    service = _run(
+        scenario,
+        max_body_bytes=65_536,
+        max_bodies_bytes=65_536,
+        ack_timeout_s=0.3,
+        body_timeout_s=60,
+        header_timeout_s=60,
+    )
+    assert (
+        service.registry.get_sample_value(
+            "anchorwatch_ingest_unavailable_total", {"cause": "memory"}
+        )
+        == 1
+    )
+
+
+async def _response(reader: asyncio.StreamReader) -> bytes:
+    """One response: its head and its Content-Length body."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _PATIENCE_S)
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return head + await asyncio.wait_for(reader.readexactly(length), _PATIENCE_S)
+
+
 @pytest.mark.parametrize(
     "request_head",
     [
