@@ -5,6 +5,7 @@ not hold on to the frames (and the parsed body) that rejected them."""
 from __future__ import annotations
 
 import hashlib
+import tracemalloc
 
 import orjson
 import pytest
@@ -131,3 +132,37 @@ def test_rejects_keep_no_traceback_and_so_no_frame_holding_the_parsed_body() -> 
             assert error.__context__ is None
             assert error.__cause__ is None
             assert str(error)  # the message itself is kept
+
+
+def _rejected_batch(entries: int) -> bytes:
+    """A Kong batch whose every entry is rejected in a way the compiled reader cannot read
+    (``started_at`` a string): the whole body goes to the Python path."""
+    events = _events()
+    batch = []
+    for i in range(entries):
+        entry = to_kong_entry(events[i % len(events)])
+        entry["started_at"] = f"yesterday-{i}"
+        batch.append(entry)
+    return orjson.dumps(batch)
+
+
+def test_a_large_rejected_batch_is_never_in_python_objects_whole() -> None:
+    body = _rejected_batch(1500)  # about 5 MB
+    tracemalloc.start()
+    try:
+        batch = kong_body(body, source="kong")
+        _, peak = tracemalloc.get_traced_memory()
+        letters = [
+            dead_letter_value(r.raw, r.error, "kong", NOW_MS, 1 << 24) for r in batch.rejected
+        ]
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(batch.rejected) == 1500
+    # Parsed whole, the batch took about ten times its size; read entry by entry, the
+    # rejects' raw bytes, their errors and the split entries.
+    assert peak < 4 * len(body), (peak, len(body))
+    # What a request keeps until Kafka acknowledges: about the bytes themselves (orjson's
+    # output alone kept 32 KB of capacity per 3 KB dead letter).
+    kept = sum(map(len, letters)) + sum(len(r.raw) for r in batch.rejected)
+    assert held < 2 * kept, (held, kept)
