@@ -65,8 +65,11 @@ from anchorwatch.stack.stack import private_kafka
 def make_events(count: int) -> list[SnapshotEvent]:
     events: list[SnapshotEvent] = []
     seed = 1
+    # The last hour: the service refuses events older than the snapshots topic keeps.
+    start_ms = (time.time_ns() // 60_000_000_000 - 61) * 60_000
     while len(events) < count:
-        traffic = generate(TrafficConfig(seed=seed, minutes=60, doc_types=12, rate_scale=4))
+        config = TrafficConfig(seed=seed, minutes=60, doc_types=12, rate_scale=4, start_ms=start_ms)
+        traffic = generate(config)
         events += [r.event for r in traffic.records() if r.event is not None]
         seed += 1
     return events[:count]
