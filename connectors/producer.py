@@ -292,9 +292,12 @@ class AckingProducer:
         """Produce the events (keyed by doc type) and the dead letters; return once Kafka has
         answered for each. Raises Unavailable, having produced nothing, when it cannot.
 
-        When some records of a request fail, the client retries all of them. The ids of the
-        events Kafka did acknowledge in that request are remembered (ten minutes, in this
-        process), and the retry skips them, so it does not write them twice. What remains
+        When some records of a request fail, the client retries all of them. The events
+        Kafka did acknowledge in that request are remembered by id and content (ten minutes,
+        in this process), and the retry skips exact copies of them, so it does not write them
+        twice; another event reusing one of those ids is written (the cache sees one
+        process's failed requests only: it cannot judge ids, and a silent skip would lose
+        the event). What remains
         possible is a duplicate of a record whose acknowledgement was lost (Kafka wrote it,
         the producer timed out), or a retry that reaches another worker process: consumers
         deduplicate by event_id."""

@@ -189,6 +189,7 @@ class SnapshotPublisher:
         self._source = source
         self._clock_ms = clock_ms
         self.stats = PublishStats()
+        check_record_limit(topics)
         self._limit = record_limit(topics)
         self._producer = Producer(
             client_config(
