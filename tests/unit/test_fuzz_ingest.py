@@ -49,7 +49,7 @@ def test_the_committed_corpus_is_decided_alike_by_both_paths() -> None:
 def test_the_corpus_stays_small() -> None:
     for target in TARGETS:
         files = corpus_files(CORPUS, target, work=False)
-        assert len(files) <= 500, f"{target}: minimise it (README, Fuzzing)"
+        assert len(files) <= 700, f"{target}: minimise it (README, Fuzzing)"
         assert sum(p.stat().st_size for p in files) <= 2_000_000
 
 
