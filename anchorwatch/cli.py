@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -503,92 +502,113 @@ def job_savepoint(job_id: str, jobmanager: str, target_dir: str | None, stop: bo
 # --------------------------------------------------------------------------- demo
 
 
-def _demo_traffic_options(f: F) -> F:
-    # The demo shows the dead-letter path and faults by default; no late events, so that
-    # every accepted event must appear in a window and the check can be exact.
-    return _traffic_options(f, malformed_rate=0.01, incidents=2, fault_rate=0.01)
-
-
 @cli.command("demo")
-@_demo_traffic_options
+@click.option("--seed", type=int, default=7, show_default=True, help="Same seed, same traffic.")
 @click.option(
-    "--keep", is_flag=True, help="Leave the stack running and the run's topics in place afterwards."
+    "--doc-types",
+    type=click.IntRange(4, 18),
+    default=6,
+    show_default=True,
+    help="Document types in the traffic (labelled incidents go to the 4 busiest).",
+)
+@click.option(
+    "--history-minutes",
+    type=click.IntRange(60, 24 * 60),
+    default=180,
+    show_default=True,
+    help="History replayed first; baselines are fitted on it.",
+)
+@click.option(
+    "--live-minutes",
+    type=click.IntRange(27, 240),
+    default=30,
+    show_default=True,
+    help="Live traffic with the labelled incidents.",
+)
+@click.option(
+    "--speed",
+    type=click.FloatRange(1, 120),
+    default=30.0,
+    show_default=True,
+    help="Live event time runs this many times faster than the wall clock.",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".anchorwatch/demo"),
+    show_default=True,
+    help="Logs, pids and the alerting state of each run.",
+)
+@click.option(
+    "--keep",
+    is_flag=True,
+    help="Leave everything running (stack, job, services, topics) and print where.",
 )
 @click.pass_context
-def demo(ctx: click.Context, /, keep: bool, **opts: Any) -> None:
-    """End to end on this machine: start Kafka, produce generated traffic, run the drift
-    job on the embedded Flink mini-cluster, read the verdicts back and check every window
-    figure against an independent computation. Exit 1 on any mismatch."""
-    from anchorwatch import slice as flow
-    from anchorwatch.generator import generate
+def demo(ctx: click.Context, /, keep: bool, state_dir: Path, **opts: Any) -> None:
+    """The whole pipeline as deployed, end to end: Kafka and a Flink session cluster, the
+    drift job submitted to it, Kong http-log batches into the ingest service, baselines
+    fitted on hours of history, live traffic with labelled incidents, the alerting service
+    posting to Slack and Jira (local ones unless configured). Prints each incident as it
+    is posted, then the figures. Exit 1 when an incident is missed, a false one raised, a
+    window figure differs from an independent computation or a broken entry is not
+    dead-lettered."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from anchorwatch import journey
+    from anchorwatch.alerting.settings import AlertingSettings
     from anchorwatch.jobs.settings import JobSettings
+    from anchorwatch.journey_plan import make_plan
     from anchorwatch.stack.stack import Stack, StackSettings
 
-    config = _traffic_config(opts)
-    stack_settings = _load(ctx, StackSettings)
-    s = Stack(stack_settings)
+    options = journey.JourneyOptions(
+        state_dir=state_dir,
+        seed=opts["seed"],
+        doc_types=opts["doc_types"],
+        history_minutes=opts["history_minutes"],
+        live_minutes=opts["live_minutes"],
+        speed=opts["speed"],
+    )
+    s = Stack(_load(ctx, StackSettings))
     started_stack = s.kafka.pid() is None
     t0 = time.monotonic()
-    report = s.up(with_flink=False)
-    click.echo(f"[1/4] kafka {report['kafka']} at {s.kafka.bootstrap}")
-    run_id = flow.new_run_id()
-    base = _load(ctx, JobSettings)
-    settings = base.model_copy(update={"topics": flow.run_scoped_topics(base.topics, run_id)})
-    flow.create_topics(settings)
+    with ThreadPoolExecutor(2) as pool:  # generating the traffic overlaps the stack's start
+        planned = pool.submit(
+            make_plan,
+            int(time.time() * 1000),
+            seed=options.seed,
+            doc_types=options.doc_types,
+            history_minutes=options.history_minutes,
+            live_minutes=options.live_minutes,
+        )
+        s.up(with_flink=True)
+        plan = planned.result()
+    click.echo(
+        f"[0/6] kafka at {s.kafka.bootstrap}, flink at {s.flink.rest_url} "
+        f"({time.monotonic() - t0:.0f}s)"
+    )
+    run = journey.Journey(
+        s, _load(ctx, JobSettings), _load(ctx, AlertingSettings), options, click.echo
+    )
+    report = None
     try:
-        traffic = generate(config)
-        t = time.monotonic()
-        stats, accepted = flow.publish_traffic(settings, traffic)
-        click.echo(
-            f"[2/4] produced {stats.accepted} events + {stats.rejected} rejects "
-            f"(dead-letter) in {time.monotonic() - t:.1f}s, all acknowledged"
-        )
-        t = time.monotonic()
-        artifacts = flow.fetch_artifacts(settings)
-        flow.run_drift_job(settings, artifacts.flink_jobs_jar(), accepted)
-        click.echo(f"[3/4] Flink drift job finished in {time.monotonic() - t:.1f}s")
-        verdicts = flow.read_verdicts(settings)
-        expected = flow.reference_windows(accepted, settings.job.window_size_s * 1000)
-        result = flow.compare(expected, [v.window for v in verdicts])
-        _print_verdicts(verdicts)
-        click.echo(
-            f"[4/4] {len(verdicts)} verdicts from Flink, {len(expected)} windows expected: "
-            f"{result.matched} exact, {len(result.missing)} missing, "
-            f"{len(result.unexpected)} unexpected, {len(result.wrong)} wrong "
-            f"(total {time.monotonic() - t0:.1f}s)"
-        )
-        if not result.ok:
-            raise AnchorwatchError(f"the windows do not match the reference: {result}")
+        report = run.run(plan)
     finally:
         if not keep:
-            flow.delete_topics(settings)
+            run.stop()
             if started_stack:
                 s.down()
-                click.echo("stopped the stack this demo started")
-
-
-def _print_verdicts(verdicts: list[Any]) -> None:
-    per_type: dict[str, list[Any]] = defaultdict(list)
-    for v in verdicts:
-        per_type[v.window.doc_type].append(v)
-    click.echo(
-        f"{'doc type':<26}{'windows':>8}{'requests':>9}{'mean':>7}{'peak':>7}"
-        f"{'warn':>6}{'crit':>6}  diagnoses"
-    )
-    for doc_type in sorted(per_type):
-        vs = per_type[doc_type]
-        n = sum(v.window.request_count for v in vs)
-        mean = sum(v.window.mean_drift * v.window.request_count for v in vs) / n
-        peak = max(v.window.mean_drift for v in vs)
-        levels = [v.breach_level for v in vs]
-        codes = sorted(
-            {r.code for v in vs for r in v.reasons}
-            - {"static_rule", "above_threshold", "above_critical", "too_few_requests"}
-        )
+    click.echo(f"[6/6] done in {time.monotonic() - t0:.0f}s")
+    for line in journey.summary_lines(report):
+        click.echo(line)
+    if keep:
         click.echo(
-            f"{doc_type[:25]:<26}{len(vs):>8}{n:>9}{mean:>7.3f}{peak:>7.3f}"
-            f"{levels.count('warning'):>6}{levels.count('critical'):>6}  {', '.join(codes)}"
+            f"left running (stop: anchorwatch stack down; kill the pids in {run.run_dir}/*.pid):"
         )
+        for name, address in report.addresses.items():
+            click.echo(f"  {name:<9} {address}")
+    if not report.ok:
+        ctx.exit(1)
 
 
 # --------------------------------------------------------------------------- contracts
