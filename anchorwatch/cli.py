@@ -520,8 +520,8 @@ def job_savepoint(job_id: str, jobmanager: str, target_dir: str | None, stop: bo
 )
 @click.option(
     "--live-minutes",
-    type=click.IntRange(27, 240),
-    default=30,
+    type=click.IntRange(25, 240),
+    default=34,
     show_default=True,
     help="Live traffic with the labelled incidents.",
 )

@@ -60,7 +60,7 @@ class JourneyOptions:
     seed: int = 7
     doc_types: int = 6
     history_minutes: int = 180
-    live_minutes: int = 30
+    live_minutes: int = 34
     speed: float = 30.0  # live event time runs this many times faster than the wall clock
     kong_workers: int = 2  # Kong worker processes, each with its own http-log queue
     batch_size: int = 100  # Kong's queue.max_batch_size
@@ -139,7 +139,8 @@ class Services:
             cmd,
             log_file=self.run_dir / f"{name}.log",
             pid_file=self.run_dir / f"{name}.pid",
-            env={**os.environ, **env},
+            # A process that ran a local Flink job carries PyFlink's worker flags.
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("PYFLINK_")}, **env},
         )
         self.pids[name] = pid
         return pid

@@ -48,7 +48,7 @@ INCIDENTS: Final = (
     (0, "jump", 3, 9, 0.30),
     (1, "ramp", 5, 15, 0.45),
     (2, "kl_spike", 11, 17, 0.28),
-    (3, "jump", 17, 22, 0.35),
+    (3, "jump", 16, 20, 0.35),
 )
 KL_LEVEL: Final = 3.0
 #: Minutes after an incident's end in which the alert it raised still counts for it:
@@ -99,7 +99,7 @@ def make_plan(
     seed: int = 7,
     doc_types: int = 6,
     history_minutes: int = 180,
-    live_minutes: int = 30,
+    live_minutes: int = 34,
     rate_scale: float = 1.0,
     fault_rate: float = 0.01,
 ) -> Plan:

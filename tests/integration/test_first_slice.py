@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections import Counter
 
 import orjson
@@ -80,37 +77,3 @@ def test_windows_match_an_independent_computation_exactly(
         sum(e.mean_drift for e in in_window) / len(in_window), abs=1e-12
     )
     assert Counter(w.doc_type for w in windows).keys() == {p.name for p in traffic.profiles}
-
-
-def test_readme_demo_command_end_to_end(stack: Stack) -> None:
-    # In-process Flink runs (earlier tests) leave PyFlink's worker flags in os.environ.
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PYFLINK_")}
-    env = {
-        **clean,
-        "ANCHORWATCH_KAFKA__BOOTSTRAP_SERVERS": stack.kafka.bootstrap,
-        "ANCHORWATCH_STACK__KAFKA_PORT": str(stack.settings.stack.kafka_port),
-        "ANCHORWATCH_STACK__CONTROLLER_PORT": str(stack.settings.stack.controller_port),
-        "ANCHORWATCH_STACK__STATE_DIR": str(stack.settings.stack.state_dir),
-    }
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "anchorwatch",
-            "demo",
-            "--minutes",
-            "4",
-            "--doc-types",
-            "4",
-            "--malformed-rate",
-            "0.01",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "0 missing, 0 unexpected, 0 wrong" in result.stdout
-    assert stack.kafka.pid() is not None  # it did not stop a stack it did not start
