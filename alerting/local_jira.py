@@ -31,7 +31,6 @@ transition from the workflow), ``DELETE /_local/faults``, ``POST /_local/clock
 from __future__ import annotations
 
 import base64
-import html
 import itertools
 import json
 import re
@@ -41,6 +40,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from anchorwatch.alerting.local_pages import jira_issue_page, jira_list_page, jira_not_found
 from anchorwatch.alerting.local_slack import Fault, LocalServer, Request, Response, form_or_json
 
 # --------------------------------------------------------------------------- JQL
@@ -405,8 +405,8 @@ class LocalJira(LocalServer):
 
     def handle(self, request: Request) -> Response:
         path, method = request.path, request.method
-        if path == "/" and method == "GET":
-            return Response.text(self._page(), content_type="text/html")
+        if method == "GET" and (path == "/" or path.startswith("/browse/")):
+            return Response.text(self._page(path, request.query), content_type="text/html")
         if path.startswith("/_local/"):
             return self._local(request)
         op, key, version = self._operation(method, path)
@@ -1005,33 +1005,34 @@ class LocalJira(LocalServer):
         with self.lock:
             self._offset_ms += int(seconds * 1000)
 
-    def _page(self) -> str:
+    def _ticket(self, issue: dict[str, Any]) -> dict[str, Any]:
+        """What the pages show of an issue (times as ISO text)."""
+        f = issue["fields"]
+        return {
+            "key": issue["key"],
+            "summary": f["summary"],
+            "status": f["status"],
+            "priority": f["priority"],
+            "labels": list(f["labels"]),
+            "created": _iso(f["created"]),
+            "description": f["description"] or "",
+            "comments": [
+                {"author": c["author"]["name"], "created": c["created"], "body": c["body"]}
+                for c in issue["comments"]
+            ],
+            "history": list(issue["history"]),
+        }
+
+    def _page(self, path: str = "/", query: dict[str, list[str]] | None = None) -> str:
+        """The ticket list (filters: ?status=open|resolved&doc=<doc label>) or, at
+        ``/browse/<KEY>``, one ticket."""
         with self.lock:
-            issues = [self._local_view(i) for i in self.issues.values()]
-        parts = [
-            "<html><head><meta charset='utf-8'><title>local Jira</title><style>"
-            "body{font-family:sans-serif;max-width:60em;margin:auto}"
-            ".i{border:1px solid #ccc;padding:.5em 1em;margin:1em 0}"
-            "pre{white-space:pre-wrap;background:#f6f6f6;padding:.5em}"
-            ".meta{color:#666;font-size:.85em}</style></head><body><h1>local Jira</h1>"
-        ]
-        if not issues:
-            parts.append("<p>No issues yet.</p>")
-        for i in issues:
-            f = i["fields"]
-            parts.append(
-                f"<div class='i'><h3>{html.escape(i['key'])}: {html.escape(f['summary'])}</h3>"
-                f"<div class='meta'>{html.escape(f['status']['name'])} · priority "
-                f"{html.escape(f['priority']['name'])} · labels "
-                f"{html.escape(', '.join(f['labels']))} · created {f['created']}"
-                f"{' · resolved ' + f['resolutiondate'] if f['resolutiondate'] else ''}</div>"
-                f"<pre>{html.escape(f['description'] or '')}</pre>"
-            )
-            for body in i["comments"]:
-                parts.append(f"<div class='meta'>comment</div><pre>{html.escape(body)}</pre>")
-            parts.append("</div>")
-        parts.append("</body></html>")
-        return "".join(parts)
+            tickets = [self._ticket(i) for i in self.issues.values()]
+        if path.startswith("/browse/"):
+            key = path[len("/browse/") :]
+            found = next((t for t in tickets if t["key"] == key), None)
+            return jira_issue_page(found) if found else jira_not_found(key)
+        return jira_list_page(tickets, query or {})
 
 
 _KNOWN_FIELDS = frozenset(

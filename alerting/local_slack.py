@@ -23,7 +23,6 @@ The small HTTP scaffolding here (``LocalServer``, ``Faults``) is shared with the
 from __future__ import annotations
 
 import hashlib
-import html
 import itertools
 import json
 import logging
@@ -36,6 +35,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
+
+from anchorwatch.alerting.local_pages import slack_page
 
 log = logging.getLogger(__name__)
 
@@ -311,8 +312,8 @@ class LocalSlack(LocalServer):
 
     def handle(self, request: Request) -> Response:
         path = request.path
-        if path == "/" and request.method == "GET":
-            return Response.text(self._page(), content_type="text/html")
+        if request.method == "GET" and (path == "/" or path.startswith("/archives/")):
+            return Response.text(self._page(path), content_type="text/html")
         if path.startswith("/_local/"):
             return self._local(request)
         if path.startswith("/api/"):
@@ -679,43 +680,15 @@ class LocalSlack(LocalServer):
         meta["sha256"] = None if data is None else hashlib.sha256(data).hexdigest()
         return meta
 
-    def _page(self) -> str:
-        """Messages by channel, threads indented, charts inline: what a newcomer would see."""
+    def _page(self, path: str = "/") -> str:
+        """The channel view; ``/archives/<channel>/p<ts>`` (a permalink) highlights a thread."""
         with self.lock:
-            messages = list(self.messages)
-        parts = [
-            "<html><head><meta charset='utf-8'><title>local Slack</title>"
-            "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
-            ".m{border-left:3px solid #ccc;padding:.3em .8em;margin:.5em 0;white-space:pre-wrap}"
-            ".r{margin-left:2.5em;border-color:#7aa6d6}.meta{color:#888;font-size:.8em}"
-            "</style></head><body><h1>local Slack</h1>"
-        ]
-        if not messages:
-            parts.append("<p>No messages yet.</p>")
-        for m in messages:
-            klass = "m r" if m.get("thread_ts") else "m"
-            texts = [_block_text(b) for b in m.get("blocks") or []] or [m.get("text", "")]
-            body = "\n".join(html.escape(_unescape_slack(t)) for t in texts if t)
-            edited = f" · edited {len(m['edits'])}x" if m["edits"] else ""
-            parts.append(
-                f"<div class='{klass}'><div class='meta'>{html.escape(m['channel_name'])} · "
-                f"ts {m['ts']}{edited}</div>{body}"
-            )
-            for fid in m.get("files", []):
-                parts.append(f"<div><img src='/_local/files/{fid}' width='600'></div>")
-            parts.append("</div>")
-        parts.append("</body></html>")
-        return "".join(parts)
-
-
-def _block_text(block: dict[str, Any]) -> str:
-    texts = []
-    if isinstance(block.get("text"), dict):
-        texts.append(str(block["text"].get("text", "")))
-    texts += [str(f.get("text", "")) for f in block.get("fields", [])]
-    texts += [str(e.get("text", "")) for e in block.get("elements", []) if isinstance(e, dict)]
-    return "\n".join(texts)
-
-
-def _unescape_slack(text: str) -> str:
-    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+            messages = [dict(m) for m in self.messages]
+            names = dict(self.channel_names)
+        parts = path.strip("/").split("/")
+        channel = parts[1] if len(parts) > 1 else None
+        focus = None
+        if len(parts) > 2 and parts[2][:1] == "p" and parts[2][1:].isdigit() and len(parts[2]) > 7:
+            digits = parts[2][1:]
+            focus = f"{digits[:-6]}.{digits[-6:]}"
+        return slack_page(messages, names, channel=channel, focus_ts=focus)

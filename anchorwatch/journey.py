@@ -589,9 +589,8 @@ class Journey:
             )
         if refs.jira_key:
             summary = self._jira_summary(refs.jira_key)
-            parts.append(
-                f"jira {refs.jira_key} {summary!r}" if summary else f"jira {refs.jira_key}"
-            )
+            link = f"{self.jira_url.rstrip('/')}/browse/{refs.jira_key}"
+            parts.append(f"jira {link}" + (f" {summary!r}" if summary else ""))
         if seen.slack_latency_s is not None:
             parts.append(f"({seen.slack_latency_s:.1f}s after the window's end)")
         self.echo("  ".join(parts))

@@ -262,7 +262,8 @@ def test_jira_credentials_are_checked_when_configured() -> None:
 def test_jira_page_and_reset(jira: LocalJira) -> None:
     create(jira, summary="<b>bold</b>")
     page = requests.get(f"{jira.url}/", timeout=5).text
-    assert "OPS-1: &lt;b&gt;bold&lt;/b&gt;" in page
+    assert ">OPS-1</a></td><td>&lt;b&gt;bold&lt;/b&gt;</td>" in page
+    assert "<b>bold</b>" not in page
     assert requests.post(f"{jira.url}/_local/reset", timeout=5).json()["ok"]
     assert create(jira).json()["key"] == "OPS-1"
     moved = requests.post(f"{jira.url}/_local/clock", json={"advance_s": 60}, timeout=5).json()
