@@ -6,13 +6,23 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 NATIVE := connectors/native
 
-.PHONY: demo test lint unit integration jvm clean fuzz fuzz-corpus
+.PHONY: demo test system lint unit integration jvm clean fuzz fuzz-corpus
 
-demo: $(VENV)/.installed jvm          ## end to end on this machine (Kafka + embedded Flink)
+demo: $(VENV)/.installed jvm          ## the whole pipeline as deployed, end to end, on this machine
 	$(BIN)/anchorwatch demo
 
-test: lint $(VENV)/.installed jvm     ## lint, types, unit and integration tests
+test: system lint $(VENV)/.installed jvm  ## lint, types, unit and integration tests
 	$(BIN)/pytest
+
+# The system packages the tests use beyond the build (README, The two commands): a clear
+# list of what is missing instead of a failure deep inside a test.
+system:
+	@missing=""; \
+	for p in java:openjdk-17-jre-headless mvn:maven promtool:prometheus shellcheck:shellcheck \
+	         chromium:chromium chromedriver:chromium-driver; do \
+	  command -v $${p%%:*} >/dev/null || missing="$$missing $${p#*:}"; done; \
+	command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || missing="$$missing golang-go"; \
+	if [ -n "$$missing" ]; then echo "missing system packages; Debian: apt-get install$$missing"; exit 1; fi
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -42,7 +43,7 @@ from anchorwatch.jobs.baseline_fit import windows_from_topic
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import read_topic
 from anchorwatch.policy.fitting import fit_baselines
-from anchorwatch.stack.processes import is_alive, port_in_use, start_daemon, stop_pid
+from anchorwatch.stack.processes import port_in_use
 from anchorwatch.stack.stack import Stack
 
 Echo = Callable[[str], None]
@@ -131,28 +132,45 @@ class Services:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self.pids: dict[str, int] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self, name: str, argv: list[str], env: Mapping[str, str]) -> int:
-        cmd = [sys.executable, "-m", "anchorwatch", *argv]
-        pid = start_daemon(
-            cmd,
-            log_file=self.run_dir / f"{name}.log",
-            pid_file=self.run_dir / f"{name}.pid",
-            # A process that ran a local Flink job carries PyFlink's worker flags.
-            env={**{k: v for k, v in os.environ.items() if not k.startswith("PYFLINK_")}, **env},
-        )
-        self.pids[name] = pid
-        return pid
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        # A process that ran a local Flink job carries PyFlink's worker flags.
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("PYFLINK_")}
+        with (self.run_dir / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "anchorwatch", *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**inherited, **env},
+            )
+        (self.run_dir / f"{name}.pid").write_text(f"{proc.pid}\n")
+        self.procs[name] = proc
+        return proc.pid
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {name: p.pid for name, p in self.procs.items()}
 
     def check(self, name: str) -> None:
-        if not is_alive(self.pids[name], "anchorwatch"):
+        code = self.procs[name].poll()
+        if code is not None:
             log = (self.run_dir / f"{name}.log").read_text(errors="replace")[-3000:]
-            raise JourneyError(f"{name} exited; its log ends:\n{log}")
+            raise JourneyError(f"{name} exited with status {code}; its log ends:\n{log}")
 
     def stop(self) -> None:
-        for name in reversed(list(self.pids)):
-            stop_pid(self.pids[name], "anchorwatch", grace_s=15)
+        for proc in reversed(list(self.procs.values())):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
 
 
 def env_of(config: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:

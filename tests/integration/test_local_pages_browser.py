@@ -81,12 +81,13 @@ def test_slack_channel_view_shows_each_incident_thread_with_its_chart(
         (thread,) = browser.find_elements(By.CSS_SELECTOR, "article.thread.focus")
         assert thread.get_attribute("data-ts") == refs.slack_ts
         parent = thread.find_element(By.CSS_SELECTOR, ".parent").text
-        assert f"Drift resolved: {item.row.doc_type}" in parent
+        assert f"Drift resolved {item.row.doc_type}" in parent
         assert "resolved" in thread.find_element(By.CSS_SELECTOR, ".state").text
         assert "edited" in thread.find_element(By.CSS_SELECTOR, ".edited").text
         resolution = thread.find_elements(By.CSS_SELECTOR, ".reply.resolution")
         assert len(resolution) == 1
-        assert "back to normal" in resolution[0].text
+        assert "Resolved after" in resolution[0].text
+        assert "mean drift back to" in resolution[0].text
         charts = thread.find_elements(By.CSS_SELECTOR, "img.chart")
         assert charts
         for img in charts:  # loaded, and drawn at a real size
@@ -104,6 +105,17 @@ def test_slack_channel_view_shows_each_incident_thread_with_its_chart(
     _screenshot(browser, tmp_path, "local-slack.png")
 
 
+def _submit(browser: Any) -> None:
+    """Click the filter button and wait for the page it loads."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    form = browser.find_element(By.CSS_SELECTOR, "form.filters")
+    form.find_element(By.TAG_NAME, "button").click()
+    WebDriverWait(browser, 10).until(expected_conditions.staleness_of(form))
+
+
 def test_jira_list_filters_and_ticket_view_with_comments_and_history(
     journey_run: JourneyRun, browser: Any, tmp_path: Path
 ) -> None:
@@ -117,12 +129,12 @@ def test_jira_list_filters_and_ticket_view_with_comments_and_history(
     assert len(rows) == len(incidents)
     # Filters, as a person uses them: resolved tickets of one doc type.
     Select(browser.find_element(By.NAME, "status")).select_by_value("open")
-    browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    _submit(browser)
     assert browser.find_elements(By.CSS_SELECTOR, "tr.ticket") == []  # all are resolved
     Select(browser.find_element(By.NAME, "status")).select_by_value("resolved")
     doc = incidents[0].row.doc_type
     Select(browser.find_element(By.NAME, "doc")).select_by_visible_text(doc)
-    browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
+    _submit(browser)
     (row,) = browser.find_elements(By.CSS_SELECTOR, "tr.ticket")
     assert row.get_attribute("data-key") == incidents[0].refs.jira_key
     assert row.find_element(By.CSS_SELECTOR, ".status").text == "Done"

@@ -3,6 +3,8 @@ thread, the ticket list filters."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import requests
 
 from anchorwatch.alerting.local_jira import LocalJira
@@ -10,7 +12,7 @@ from anchorwatch.alerting.local_pages import mrkdwn, wiki
 from anchorwatch.alerting.local_slack import LocalSlack
 
 
-def _api(slack: LocalSlack, method: str, **params: object) -> dict[str, object]:
+def _api(slack: LocalSlack, method: str, **params: Any) -> dict[str, Any]:
     r = requests.post(f"{slack.api_url}{method}", json=params,
                       headers={"Authorization": "Bearer xoxb-t"}, timeout=5)  # fmt: skip
     return dict(r.json())
@@ -48,7 +50,7 @@ def test_jira_list_filters_by_status_and_doc_type() -> None:
     with LocalJira() as jira:
         for doc in ("a", "b"):
             label = f"doc-{doc}-{'0' * 16}"
-            fields = {"project": {"key": "OPS"}, "summary": f"drift {doc}",
+            fields: dict[str, Any] = {"project": {"key": "OPS"}, "summary": f"drift {doc}",
                       "issuetype": {"name": "Task"}, "labels": [label]}  # fmt: skip
             body = {"fields": fields}
             requests.post(f"{jira.url}/rest/api/2/issue", json=body, timeout=5).raise_for_status()
