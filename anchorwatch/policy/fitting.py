@@ -256,11 +256,18 @@ def _request_sigma(
     cut = 3.0 * max(mad_sigma, grid, MIN_SPREAD)
     marks = _sustained(scaled, cut)
     kept = [r for r, excursion in zip(scaled, marks, strict=True) if not excursion]
-    tail = quantile(sorted(kept), policy.tail_quantile) if kept else 0.0
-    tail_sigma = max(tail, 0.0) / normal_quantile(policy.tail_quantile)
+    # A quantile is only as good as the windows beyond it: at least TAIL_WINDOWS of them.
+    level = min(policy.tail_quantile, 1.0 - TAIL_WINDOWS / max(len(kept), 1))
+    if kept and level > 0.5:
+        tail = quantile(sorted(kept), level)
+        tail_sigma = max(tail, 0.0) / normal_quantile(level)
+    else:
+        tail_sigma = 0.0
     return max(mad_sigma, tail_sigma, grid)
 
 
+#: The fewest windows beyond the tail quantile that the tail estimate rests on.
+TAIL_WINDOWS = 10
 #: Windows in a row beyond the cut that make an excursion sustained (an incident's shape).
 SUSTAINED = 3
 

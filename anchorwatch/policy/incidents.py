@@ -57,6 +57,9 @@ SlotState = Literal["critical", "breach", "elevated", "clean", "inconclusive"]
 #: The CUSUM statistic is held below this multiple of its limit: a long incident must not
 #: bank so much evidence that the type stays "breaching" for long after it recovered.
 POOLING_CAP: Final = 1.5
+#: Lag-1 autocorrelation up to which a type's windows count as independent draws, whose
+#: pooled evidence may judge windows big enough to judge alone.
+INDEPENDENT_WINDOWS: Final = 0.3
 
 
 @dataclass(frozen=True)
@@ -312,9 +315,14 @@ class IncidentTracker:
         if rule.pooling and baseline is not None and window.request_count > 0:
             pooled = True
             st.cusum = self._pool(st.cusum, baseline, window)
-            # Pooling judges the windows too small to judge alone; a window big enough is
-            # judged by its own mean (its neighbours are no independent evidence for it).
-            pooled_breach = not conclusive and st.cusum >= self.policy.pooling_threshold
+            # Pooled evidence judges the windows too small to judge alone, and any window of
+            # a type whose windows are independent draws. Where neighbouring windows are
+            # correlated, a big window is judged by its own mean: its neighbours are no
+            # independent evidence for it, and pooling them pages on every slow wander.
+            independent = (baseline.autocorrelation or 0.0) <= INDEPENDENT_WINDOWS
+            pooled_breach = (not conclusive or independent) and (
+                st.cusum >= self.policy.pooling_threshold
+            )
             # A small window that itself looks high is no evidence of recovery.
             pooled_clean = not pooled_breach and mean <= recovery
 
@@ -348,8 +356,11 @@ class IncidentTracker:
         discount = math.sqrt((1.0 - phi) / (1.0 + phi))
         z = (window.mean_drift - baseline.center) / se
         reference = self.policy.pooling_shift * margin / se / 2.0
+        # One window adds at most half the limit: a single heavy-tailed spike is never
+        # pooled evidence on its own (the window rule judges it).
+        step = min(z - reference, self.policy.pooling_threshold / 2.0)
         cap = POOLING_CAP * self.policy.pooling_threshold
-        return min(cap, max(0.0, cusum + discount * (z - reference)))
+        return min(cap, max(0.0, cusum + discount * step))
 
     def _silence(
         self, doc_type: str, rule: RuleConfig, st: _RunState, next_start_ms: int

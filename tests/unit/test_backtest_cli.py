@@ -79,10 +79,10 @@ def test_backtest_writes_the_incidents_it_would_have_opened(
     assert "precision 1.000" in result.output
     assert len(fitted.read_bytes().splitlines()) == 6
 
-    # The same history with the baselines just written replays to the same incidents.
+    # The same history with the baselines just written, cut the same way (each type after
+    # its own first 120 minutes), replays to the same incidents.
     again = run(
-        "backtest", str(windows), "--baselines", str(fitted),
-        "--fit-until", "2025-11-29T10:00:00Z",
+        "backtest", str(windows), "--baselines", str(fitted), "--fit-minutes", "120",
     )  # fmt: skip
     assert again.exit_code == 0, again.output
     replayed = [orjson.loads(line) for line in again.stdout.splitlines() if line.startswith("{")]

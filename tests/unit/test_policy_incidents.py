@@ -360,19 +360,34 @@ def test_hourly_baselines_move_the_threshold_with_the_hour() -> None:
     assert kinds(feed(t, [0.42] * 2, start=3 * 60)) == [("opened", 3 * 60 + 1)]
 
 
-def test_pooling_judges_small_windows_not_busy_ones() -> None:
-    """A window big enough to be judged alone is judged by its own mean: its neighbours are
-    no independent evidence for it (real series' windows are correlated). Windows just
-    under the threshold on a busy type stay quiet; the same means on windows too small to
-    judge alone pool into a breach."""
+def test_pooling_judges_small_windows_and_busy_independent_ones() -> None:
+    """Windows big enough to be judged alone are pooled only when the type's windows are
+    independent draws; where neighbours are correlated (the fit's autocorrelation), a
+    busy window is judged by its own mean. Small windows are pooled either way."""
     just_under = 0.345
-    assert feed(tracker(pooling=True), [just_under] * 30) == []
-    t = tracker(pooling=True)
-    changes: list[IncidentChange] = []
-    for i in range(30):
-        changes += t.observe(win(i, just_under, n=8))  # min_requests is 10
-    assert [c.kind for c in changes][:1] == ["opened"]
-    assert changes[0].incident.evidence == "pooled"
+
+    def opened(autocorrelation: float | None, n: int) -> list[IncidentChange]:
+        t = IncidentTracker(
+            PolicyConfig(rules=(RuleConfig(name="drift"),)),
+            {"nda": baseline(autocorrelation=autocorrelation)},
+        )
+        changes: list[IncidentChange] = []
+        for i in range(30):
+            changes += t.observe(win(i, just_under, n=n))
+        return [c for c in changes if c.kind == "opened"]
+
+    assert opened(0.9, n=40) == []  # busy, correlated: no pooling
+    for autocorrelation, n in ((None, 40), (0.9, 8)):  # busy independent; small (< 10)
+        [first] = opened(autocorrelation, n)
+        assert first.incident.evidence == "pooled"
+
+
+def test_one_spike_is_never_pooled_evidence_on_its_own() -> None:
+    t = IncidentTracker(PolicyConfig(rules=(RuleConfig(name="drift"),)), {"nda": baseline()})
+    # One window 20 standard errors up, then an ordinary one: the spike alone adds at most
+    # half the pooling limit, so the next window is no pooled breach and nothing opens.
+    changes = t.observe(win(0, 0.50, n=40)) + t.observe(win(1, 0.31, n=40))
+    assert changes == []
 
 
 def test_pooled_evidence_is_discounted_on_correlated_windows() -> None:
