@@ -435,6 +435,7 @@ def test_kong_entry_carries_the_snapshot_in_headers() -> None:
     event = next(e for e in _events(_BUSY) if len(e.anchors) >= 3)
     entry = to_kong_entry(event)
     headers = entry["request"]["headers"]
+    upstream = entry["response"]["headers"]  # the measurements come from the upstream
     assert entry["request"]["method"] == "POST"
     assert entry["request"]["uri"] == "/v1/messages"
     assert entry["request"]["url"].endswith("/v1/messages")
@@ -446,9 +447,10 @@ def test_kong_entry_carries_the_snapshot_in_headers() -> None:
     assert entry["route"]["paths"] == ["/v1/messages"]
     assert headers["x-request-id"] == event.event_id
     assert headers["x-anthropic-doc-type"] == event.doc_type
-    assert headers["x-anthropic-snapshot-status"] == "active"
-    assert headers["x-anthropic-anchor-count"] == str(event.anchor_count)
-    log = orjson.loads(headers["x-anthropic-snapshot-log"])
+    assert upstream["x-anthropic-snapshot-status"] == "active"
+    assert upstream["x-anthropic-anchor-count"] == str(event.anchor_count)
+    assert "x-anthropic-snapshot-status" not in headers
+    log = orjson.loads(upstream["x-anthropic-snapshot-log"])
     assert [AnchorSnapshot.model_validate(a) for a in log] == event.anchors
     # Plain JSON all the way down, and the same event always gives the same entry.
     assert orjson.loads(orjson.dumps(entry)) == entry
@@ -470,11 +472,12 @@ def test_kong_entry_uses_configured_header_names() -> None:
         snapshot_log="x-log",
         request_id="x-id",
     )
-    headers = to_kong_entry(disabled, headers=names)["request"]["headers"]
+    entry = to_kong_entry(disabled, headers=names)
+    headers, upstream = entry["request"]["headers"], entry["response"]["headers"]
     assert headers["x-doc"] == "nda"
-    assert headers["x-status"] == "disabled"
-    assert headers["x-count"] == "4"
-    assert headers["x-log"] == "[]"
+    assert upstream["x-status"] == "disabled"
+    assert upstream["x-count"] == "4"
+    assert upstream["x-log"] == "[]"
     assert headers["x-id"] == "req-1"
     assert "x-anthropic-doc-type" not in headers
 
