@@ -20,6 +20,7 @@ from anchorwatch.alerting.render import incident_label
 from anchorwatch.alerting.service import list_incidents
 from anchorwatch.alerting.store import Store
 from anchorwatch.jobs.settings import JobSettings
+from tests.integration.test_alerting_service import POLICY
 from tests.integration.test_alerting_service_support import (
     TOKEN,
     ServiceProcess,
@@ -80,6 +81,7 @@ def test_kill_9_at_chosen_and_random_points_delivers_exactly_once(
     rng = random.Random(seed)
     state = tmp_path / "state"
     config = service_config(job_settings, state, slack, jira, batch_max=4)
+    config["policy"] = POLICY  # the lifecycle escalates on its first critical window
     env = service_env(config)
     docs = [f"crash-{i}" for i in range(6)] + ['<!here> "hostile" \\ AND']
     # As the drift job writes them: window by window, every type's verdict of a window.
