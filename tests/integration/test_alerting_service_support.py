@@ -4,6 +4,7 @@ serve` as a process, and waiting for it to have delivered everything."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -74,7 +75,12 @@ def service_env(config: dict[str, dict[str, Any]]) -> dict[str, str]:
     for section, fields in config.items():
         for name, value in fields.items():
             key = f"ANCHORWATCH_{section.upper()}__{name.upper()}"
-            env[key] = str(value).lower() if isinstance(value, bool) else str(value)
+            if isinstance(value, bool):
+                env[key] = str(value).lower()
+            elif isinstance(value, (list, tuple, dict)):
+                env[key] = json.dumps(value)  # complex fields are JSON in the environment
+            else:
+                env[key] = str(value)
     env["ANCHORWATCH_LOG_LEVEL"] = "WARNING"
     return env
 
