@@ -18,7 +18,6 @@ because its constructor already calls ``serverInfo``.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,14 +36,11 @@ from anchorwatch.alerting.notify import (
     failure,
 )
 from anchorwatch.alerting.render import (
-    LABEL_ALERT,
     IncidentView,
     WindowPoint,
-    doc_type_label,
     incident_label,
     jira_description,
     jira_labels,
-    jira_recurrence_comment,
     jira_resolved_comment,
     jira_summary,
     jira_update_comment,
@@ -62,8 +58,8 @@ _SEARCH_FIELDS = "status,labels,resolutiondate,created"
 @dataclass(frozen=True)
 class JiraTicket:
     key: str
-    #: existing: the incident's open ticket; reopened: its own or a recently resolved one of
-    #: the same doc type, transitioned back; created: a new ticket.
+    #: existing: the incident's open ticket; reopened: its own resolved ticket, transitioned
+    #: back (the policy re-opened the incident); created: a new ticket.
     action: Literal["existing", "reopened", "created"]
 
 
@@ -91,21 +87,14 @@ def outcome_of(exc: Exception) -> Retryable | Permanent | None:
     return None
 
 
-def find_jql(project: str, incident: IncidentView, reopen_window_s: int) -> str:
-    """The incident's own ticket (its ``aw-`` hash label: the ticket's identity), or, for a
-    recurrence, a ticket of exactly the same doc type (its hash label) resolved within the
-    reopen window. An open ticket of another incident is never a match: it would share a
-    ticket that the other incident's resolution closes. Every value is a quoted JQL string."""
+def find_jql(project: str, incident: IncidentView) -> str:
+    """The incident's own ticket, by its ``aw-`` hash label (the ticket's identity) and by
+    nothing else: a label derived from the doc type could reach a ticket that belongs to
+    another incident, and resolving it would close that incident's ticket. A recurrence soon
+    after a resolution is the same incident (the policy's ``reopen_within``), so it finds its
+    own ticket here and reopens it. Every value is a quoted JQL string."""
     own = f"labels = {jql_quote(incident_label(incident.incident_id))}"
-    if reopen_window_s <= 0:
-        return f"project = {jql_quote(project)} AND {own} ORDER BY created DESC"
-    minutes = math.ceil(reopen_window_s / 60)
-    doc_label = jql_quote(doc_type_label(incident.doc_type))
-    recent = (
-        f"labels = {jql_quote(LABEL_ALERT)} AND labels = {doc_label}"
-        f" AND statusCategory = {jql_quote('Done')} AND resolutiondate >= -{minutes}m"
-    )
-    return f"project = {jql_quote(project)} AND ({own} OR ({recent})) ORDER BY created DESC"
+    return f"project = {jql_quote(project)} AND {own} ORDER BY created DESC"
 
 
 def _fields(issue: Issue) -> dict[str, Any]:
@@ -209,34 +198,15 @@ class JiraNotifier:
     ) -> JiraTicket:
         s = self._settings
         label = incident_label(incident.incident_id)
-        doc_label = doc_type_label(incident.doc_type)
-        issues = self._search(client, find_jql(s.project, incident, s.reopen_window_s))
-        own = [i for i in issues if label in (_fields(i).get("labels") or [])]
-        own_keys = {i.key for i in own}
+        issues = self._search(client, find_jql(s.project, incident))
         # Labels compare exactly here: a search may match labels case-insensitively.
-        recurred = [
-            i
-            for i in issues
-            if i.key not in own_keys
-            and _is_done(i)
-            and doc_label in (_fields(i).get("labels") or [])
-        ]
-        for issue in sorted(own, key=_is_done) + recurred:
-            reopened = False
+        own = [i for i in issues if label in (_fields(i).get("labels") or [])]
+        for issue in sorted(own, key=_is_done):
             if _is_done(issue):
-                reopened = self._reopen(client, issue.key)
-                if not reopened:
+                if not self._reopen(client, issue.key):
                     continue
-            if issue.key not in own_keys:
-                # A recurrence: tag the ticket with this incident too, and say so, in one edit
-                # (so a retry never writes the comment twice).
-                issue.update(
-                    update={
-                        "labels": [{"add": label}],
-                        "comment": [{"add": {"body": jira_recurrence_comment(incident, history)}}],
-                    }
-                )
-            return JiraTicket(issue.key, "reopened" if reopened else "existing")
+                return JiraTicket(issue.key, "reopened")
+            return JiraTicket(issue.key, "existing")
         fields: dict[str, Any] = {
             "project": {"key": s.project},
             "issuetype": {"name": s.issue_type},

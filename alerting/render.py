@@ -490,12 +490,3 @@ def jira_resolved_comment(view: IncidentView) -> str:
         f"{w.mean_drift:.3f} (threshold {view.threshold:.3f}) in {window_span(w)}. "
         f"Peak mean drift was {view.peak_mean_drift:.3f}."
     )
-
-
-def jira_recurrence_comment(view: IncidentView, history: Sequence[WindowPoint] = ()) -> str:
-    return truncate(
-        "*Recurred* (new incident "
-        f"{jira_escape(incident_label(view.incident_id))}); the ticket is reopened.\n\n"
-        + jira_description(view, history),
-        JIRA_TEXT_MAX,
-    )

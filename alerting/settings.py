@@ -156,13 +156,6 @@ class JiraSection(Section):
     reopen_transition: str = Field(
         "Reopen", min_length=1, description="Transition (by name) that reopens a ticket."
     )
-    reopen_window_s: int = Field(
-        3600,
-        ge=0,
-        le=90 * 86_400,
-        description="A recurrence of the same doc type within this long after its ticket "
-        "was resolved reopens that ticket instead of opening a new one (0: never).",
-    )
     comment_interval_s: int = Field(
         900,
         ge=0,

@@ -38,7 +38,7 @@ def test_env_and_file_with_secret_files(tmp_path: Path, monkeypatch: pytest.Monk
     config.write_text(
         f'[slack]\nmode = "bot"\nbot_token_file = "{token_file}"\n'
         f'[jira]\nenabled = true\nurl = "https://example.atlassian.net/"\nuser = "a@b.c"\n'
-        f'api_token_file = "{jira_file}"\nreopen_window_s = 7200\n'
+        f'api_token_file = "{jira_file}"\nreopen_transition = "Open again"\n'
         '[routing]\nseverity_channels = { critical = "#ops-pager" }\n'
         "[retry]\nmax_attempts = 3\n"
     )
@@ -53,7 +53,7 @@ def test_env_and_file_with_secret_files(tmp_path: Path, monkeypatch: pytest.Monk
     assert jira_token.get_secret_value() == "jira-secret"
     assert s.jira.url == "https://example.atlassian.net"
     assert s.jira.project == "DRIFT"
-    assert s.jira.reopen_window_s == 7200
+    assert s.jira.reopen_transition == "Open again"
     assert s.routing.channel_for("medical_report", "critical") == "C0ABCDEF1"
     assert s.routing.channel_for("invoice", "critical") == "#ops-pager"
     assert s.routing.channel_for("invoice", "warning") == "#drift-alerts"
@@ -142,7 +142,7 @@ def test_every_setting_is_described() -> None:
     rows = describe_fields(AlertingSettings)
     names = [env for env, _ in rows]
     assert "ANCHORWATCH_SLACK__BOT_TOKEN_FILE" in names
-    assert "ANCHORWATCH_JIRA__REOPEN_WINDOW_S" in names
+    assert "ANCHORWATCH_JIRA__REOPEN_TRANSITION" in names
     assert "ANCHORWATCH_ROUTING__DOC_TYPE_CHANNELS" in names
     for env, text in rows:
         assert not text.startswith(" ["), f"{env} has no description"
