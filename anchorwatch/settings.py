@@ -89,6 +89,7 @@ class TopicSettings(Section):
 
 
 def _default_cache_dir() -> Path:
+    """$XDG_CACHE_HOME/anchorwatch (default: ~/.cache/anchorwatch)"""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "anchorwatch"
 

@@ -3,10 +3,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import Field, SecretStr
 
 from anchorwatch.jobs.settings import JobSettings
-from anchorwatch.settings import SettingsError, describe_fields
+from anchorwatch.settings import Section, ServiceSettings, SettingsError, describe_fields
 from anchorwatch.stack.stack import StackSettings
+from tools import settings_doc
 
 
 @pytest.fixture(autouse=True)
@@ -95,10 +97,101 @@ def test_every_setting_is_described() -> None:
     assert all(text and not text.startswith(" [default") for _, text in rows), rows
 
 
-def test_readme_documents_every_setting() -> None:
-    from anchorwatch.cli import all_settings
+def test_settings_doc_is_what_the_models_say() -> None:
+    # Whole-file comparison: a variable's row removed, a default or a description changed
+    # in the code or in the file, all fail here.
+    current = settings_doc.DOC.read_text(encoding="utf-8")
+    assert current == settings_doc.render(), (
+        "docs/settings.md is stale: .venv/bin/python -m tools.settings_doc --write"
+    )
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    rows = [row for cls in all_settings() for row in describe_fields(cls)]
-    missing = sorted({env for env, _ in rows if env not in readme})
-    assert not missing, f"README lacks: {missing}"
+
+def test_settings_doc_names_every_field_with_its_default() -> None:
+    text = settings_doc.render()
+    rows = [row for cls in settings_doc.settings_classes() for row in describe_fields(cls)]
+    assert len(rows) > 100
+    for env, _ in rows:
+        # The variable in its own cell: a prefix of a longer name does not count.
+        assert f"| `{env}` |" in text, env
+    assert "| `ANCHORWATCH_STACK__FLINK` | `[stack] flink` | boolean | `false` |" in text
+    assert "| `ANCHORWATCH_INGEST__MAX_BODY_BYTES` | `[ingest] max_body_bytes` |" in text
+    assert "| `16777216` (16 MiB) | Larger request bodies are refused with 413. |" in text
+
+
+def test_the_walk_finds_every_service_and_section() -> None:
+    classes = settings_doc.settings_classes()
+    sections = {name for cls in classes for name in cls.model_fields}
+    assert {
+        "kafka",
+        "topics",
+        "jvm",
+        "stack",
+        "job",
+        "policy",
+        "baseline",
+        "ingest",
+        "alerting",
+        "slack",
+        "jira",
+        "routing",
+        "retry",
+    } <= sections
+    assert StackSettings in classes
+    assert JobSettings in classes
+    assert ServiceSettings not in classes
+
+
+def test_the_walk_follows_subclasses_of_subclasses(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(
+        "from anchorwatch.settings import ServiceSettings\n"
+        "class First(ServiceSettings): ...\n"
+        "class Unrelated: ...\n"
+    )
+    (tmp_path / "b.py").write_text(
+        "import a\nclass Second(a.First): ...\nclass Third(Second): ...\n"
+    )
+    (tmp_path / "broken.py").write_text("class (:\n")
+    modules = [(p.stem, p) for p in sorted(tmp_path.glob("*.py"))]
+    assert settings_doc.find_settings_classes(modules) == [
+        ("a", "First"),
+        ("b", "Second"),
+        ("b", "Third"),
+    ]
+
+
+class _Vault(Section):
+    token: SecretStr | None = Field(
+        SecretStr("hunter2-default"), description="A token with a default."
+    )
+    password: SecretStr = Field(SecretStr("swordfish"), description="Required-looking.")
+    plain: str = Field("visible", description="Not a secret.")
+
+
+class _VaultSettings(ServiceSettings):
+    vault: _Vault = Field(default_factory=_Vault)
+
+
+def test_secret_defaults_are_never_printed() -> None:
+    text = settings_doc.render([_VaultSettings])
+    assert "hunter2" not in text
+    assert "swordfish" not in text
+    assert "| `ANCHORWATCH_VAULT__TOKEN` | `[vault] token` | secret, optional |" in text
+    assert text.count(settings_doc.HIDDEN_DEFAULT) == 2
+    assert "`visible`" in text
+
+
+def _here() -> Path:
+    return Path.cwd() / "state"
+
+
+class _Local(Section):
+    where: Path = Field(default_factory=_here, description="Somewhere on this machine.")
+
+
+class _LocalSettings(ServiceSettings):
+    local: _Local = Field(default_factory=_Local)
+
+
+def test_a_default_that_depends_on_the_machine_is_refused() -> None:
+    with pytest.raises(settings_doc.SettingsDocError, match="docstring"):
+        settings_doc.render([_LocalSettings])
