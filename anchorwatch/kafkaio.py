@@ -6,12 +6,12 @@ import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from anchorwatch.errors import AnchorwatchError
-from anchorwatch.settings import KafkaSettings
+from anchorwatch.settings import KafkaSettings, TopicSettings
 
 
 class KafkaIOError(AnchorwatchError):
@@ -19,6 +19,26 @@ class KafkaIOError(AnchorwatchError):
 
 
 _LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
+
+#: Room left, under a topic's max.message.bytes, for Kafka's framing of the record batch
+#: around one record (batch and record headers) and for lz4's worst case on incompressible
+#: bytes (1/255 of the size: 64 KiB for 16 MiB).
+FRAMING_BYTES: Final = 128 * 1024
+
+
+def record_limit(topics: TopicSettings) -> int:
+    """The largest record (key + value) any producer of ours writes: the ingest service
+    (librdkafka) and the drift job's Kafka sinks (Java). The chain: contract maximum <= this
+    < the producer's limit (``producer_max_bytes``) <= each topic's max.message.bytes (set
+    when topics are created; the ingest service checks it at start)."""
+    return topics.max_message_bytes - FRAMING_BYTES
+
+
+def producer_max_bytes(topics: TopicSettings) -> int:
+    """librdkafka's message.max.bytes and the Java producer's max.request.size: both count
+    a record's wire overhead (a few dozen bytes) against it, so it stays above the record
+    limit."""
+    return record_limit(topics) + 1024
 
 
 def client_config(kafka: KafkaSettings, **overrides: Any) -> dict[str, Any]:

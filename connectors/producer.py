@@ -44,14 +44,12 @@ from anchorwatch.connectors.publisher import (
     check_record_limit,
     contract_max_bytes,
     dead_letter_value,
-    producer_max_bytes,
-    record_limit,
 )
 from anchorwatch.connectors.records import Rejected
 from anchorwatch.connectors.settings import IngestOptions
 from anchorwatch.connectors.validation import Accepted
 from anchorwatch.errors import AnchorwatchError
-from anchorwatch.kafkaio import client_config
+from anchorwatch.kafkaio import client_config, producer_max_bytes, record_limit
 from anchorwatch.settings import KafkaSettings, TopicSettings
 from anchorwatch.stack.topics import topic_message_bytes
 

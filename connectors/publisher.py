@@ -29,27 +29,10 @@ from anchorwatch.contracts import (
     encode,
 )
 from anchorwatch.errors import AnchorwatchError
-from anchorwatch.kafkaio import client_config
+from anchorwatch.kafkaio import FRAMING_BYTES, client_config, producer_max_bytes, record_limit
 from anchorwatch.settings import KafkaSettings, TopicSettings
 
-#: Room left, under a topic's max.message.bytes, for Kafka's framing of the record batch
-#: around one record (batch and record headers) and for lz4's worst case on incompressible
-#: bytes (1/255 of the size: 64 KiB for 16 MiB).
-FRAMING_BYTES: Final = 128 * 1024
 MAX_MESSAGE_SETTING: Final = "topics.max_message_bytes (ANCHORWATCH_TOPICS__MAX_MESSAGE_BYTES)"
-
-
-def record_limit(topics: TopicSettings) -> int:
-    """The largest record (key + value) the producers write. The chain: contract maximum
-    <= this < the producer's message.max.bytes (``producer_max_bytes``) <= each topic's
-    max.message.bytes (checked at the ingest service's start)."""
-    return topics.max_message_bytes - FRAMING_BYTES
-
-
-def producer_max_bytes(topics: TopicSettings) -> int:
-    """librdkafka's message.max.bytes: it counts a record's wire overhead (a few dozen
-    bytes) against it, so it stays above the record limit."""
-    return record_limit(topics) + 1024
 
 
 def check_record_limit(topics: TopicSettings) -> None:

@@ -42,12 +42,15 @@ from pyflink.table import (
 )
 
 from anchorwatch.contracts import (
+    DOC_TYPE_MAX_CHARS,
+    IDENTIFIER_MAX_CHARS,
     ContractError,
     WindowAggregate,
     decode_baseline,
     encode,
 )
 from anchorwatch.jobs.settings import JobSettings
+from anchorwatch.kafkaio import producer_max_bytes, record_limit
 from anchorwatch.policy.window import QualityLimits, StaticRule, judge_window, verdict_for
 
 log = logging.getLogger(__name__)
@@ -182,6 +185,9 @@ def declare_tables(t_env: StreamTableEnvironment, settings: JobSettings, *, boun
             .option("value.format", "raw")
             .option("value.fields-include", "EXCEPT_KEY")
             .option("sink.delivery-guarantee", "at-least-once")
+            # The size chain (anchorwatch.kafkaio.record_limit): the Java producer's default
+            # of 1 MB would fail the whole job on one large dead letter.
+            .option("properties.max.request.size", str(producer_max_bytes(topics)))
         )
 
     t_env.create_temporary_table(
@@ -200,8 +206,12 @@ UNPARSABLE = "unparsable_payload"
 # The connectors validate fully; this guards the job against other producers of the topic.
 _CHECKS = (
     ("event_id", "required field is missing or not a string", "event_id IS NULL"),
+    ("event_id", f"longer than {IDENTIFIER_MAX_CHARS} characters",
+     f"CHAR_LENGTH(event_id) > {IDENTIFIER_MAX_CHARS}"),
     ("event_time_ms", "required field is missing or not an integer", "event_time_ms IS NULL"),
     ("doc_type", "required field is missing or empty", "doc_type IS NULL OR doc_type = ''"),
+    ("doc_type", f"longer than {DOC_TYPE_MAX_CHARS} characters",
+     f"CHAR_LENGTH(doc_type) > {DOC_TYPE_MAX_CHARS}"),
     ("snapshot_status", "must be 'active' or 'disabled'",
      "snapshot_status IS NULL OR snapshot_status NOT IN ('active', 'disabled')"),
     ("anchor_count", "required, a non-negative integer",
@@ -307,26 +317,40 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
         GROUP BY doc_type, window_start, window_end
         """  # noqa: S608
     )
+    # A dead letter keeps the record's text up to what fits under the record limit even if
+    # JSON writes every character as 6 bytes (\u0001), key and fields included; a longer one
+    # is cut, and its reason gives the length and the sha256 of the whole text.
+    keep = (record_limit(settings.topics) - 4 * DOC_TYPE_MAX_CHARS - 16 * 1024) // 6
     invalid = t_env.sql_query(
         f"""
         SELECT
-          COALESCE(doc_type, '') AS doc_type,
+          SUBSTRING(COALESCE(doc_type, ''), 1, {DOC_TYPE_MAX_CHARS}) AS doc_type,
           CAST('dead_letter' AS STRING) AS kind,
           CAST(NULL AS BIGINT) AS window_start_ms,
           CAST(NULL AS BIGINT) AS window_end_ms,
           CAST(NULL AS BIGINT) AS request_count,
           {nulls},
           JSON_OBJECT(
-            KEY 'raw' VALUE COALESCE({UNPARSABLE}, JSON_STRING(JSON_OBJECT(
-              KEY 'event_id' VALUE event_id, KEY 'event_time_ms' VALUE event_time_ms,
-              KEY 'doc_type' VALUE doc_type, KEY 'snapshot_status' VALUE snapshot_status,
-              KEY 'anchor_count' VALUE anchor_count, KEY 'mean_drift' VALUE mean_drift))),
-            KEY 'reason' VALUE {_reason_expression()},
-            KEY 'field' VALUE SPLIT_INDEX({_reason_expression()}, ':', 0),
+            KEY 'raw' VALUE CASE WHEN CHAR_LENGTH(raw_text) > {keep}
+                            THEN SUBSTRING(raw_text, 1, {keep}) ELSE raw_text END,
+            KEY 'reason' VALUE CASE WHEN CHAR_LENGTH(raw_text) > {keep}
+              THEN CONCAT(problem, ' [raw cut to its first {keep} of ',
+                          CAST(CHAR_LENGTH(raw_text) AS STRING),
+                          ' characters; sha256 of all: ', SHA256(raw_text), ']')
+              ELSE problem END,
+            KEY 'field' VALUE SPLIT_INDEX(problem, ':', 0),
             KEY 'source' VALUE {source},
             KEY 'rejected_at_ms' VALUE UNIX_TIMESTAMP() * 1000) AS letter
-        FROM {SNAPSHOTS}
-        WHERE NOT ({valid})
+        FROM (
+          SELECT *,
+            COALESCE({UNPARSABLE}, JSON_STRING(JSON_OBJECT(
+              KEY 'event_id' VALUE event_id, KEY 'event_time_ms' VALUE event_time_ms,
+              KEY 'doc_type' VALUE doc_type, KEY 'snapshot_status' VALUE snapshot_status,
+              KEY 'anchor_count' VALUE anchor_count, KEY 'mean_drift' VALUE mean_drift)))
+              AS raw_text,
+            {_reason_expression()} AS problem
+          FROM {SNAPSHOTS}
+          WHERE NOT ({valid}))
         """  # noqa: S608
     )
     figures = windows.union_all(late).union_all(invalid)

@@ -13,6 +13,8 @@ from anchorwatch.contracts.codec import (
     validate,
 )
 from anchorwatch.contracts.models import (
+    DOC_TYPE_MAX_CHARS,
+    IDENTIFIER_MAX_CHARS,
     RESAMPLE,
     SCHEMA_VERSION,
     AnchorSnapshot,
@@ -28,6 +30,8 @@ from anchorwatch.contracts.models import (
 )
 
 __all__ = [
+    "DOC_TYPE_MAX_CHARS",
+    "IDENTIFIER_MAX_CHARS",
     "RESAMPLE",
     "SCHEMA_VERSION",
     "AnchorSnapshot",

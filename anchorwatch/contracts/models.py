@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import (
     AfterValidator,
@@ -32,6 +32,9 @@ EpochMillis = Annotated[int, Field(ge=946_684_800_000, lt=4_102_444_800_000)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 _DOC_TYPE_MAX_CHARS = 512
+#: The longest doc type and identifier (event id, ...) the contracts allow, in characters.
+DOC_TYPE_MAX_CHARS: Final = _DOC_TYPE_MAX_CHARS
+IDENTIFIER_MAX_CHARS: Final = 200
 # Code points a doc type must not hold: control, format (zero-width, bidi overrides, soft
 # hyphen ...) and line/paragraph separators. Two names that look the same must be the same
 # doc type, and none may reorder or hide text where it is shown.
@@ -67,7 +70,9 @@ DocType = Annotated[
     Field(min_length=1, max_length=_DOC_TYPE_MAX_CHARS),
     AfterValidator(doc_type_text),
 ]
-Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+Identifier = Annotated[
+    str, Field(min_length=1, max_length=IDENTIFIER_MAX_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")
+]
 
 SnapshotStatus = Literal["active", "disabled"]
 #: The recommendation that marks an anchor the model should re-read; its share is a signal.

@@ -4,11 +4,13 @@ mid-stream; submission to a real session cluster and a restart from a savepoint.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from confluent_kafka import Producer
 
@@ -26,13 +28,18 @@ from anchorwatch.contracts import (
 )
 from anchorwatch.jobs import cluster, drift_job
 from anchorwatch.jobs.settings import JobSettings
-from anchorwatch.kafkaio import read_topic
+from anchorwatch.kafkaio import producer_max_bytes, read_topic, record_limit
 from anchorwatch.stack.stack import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 T0 = 1_764_403_200_000
 MIN = 60_000
+
+
+#: A record that is not JSON and, as a dead letter, would not fit under the record limit:
+#: JSON writes each of its characters as six bytes.
+BIG = b"\x01" * 3_000_000
 
 
 def event(doc: str, t: int, drift: float, n: int = 0) -> SnapshotEvent:
@@ -125,8 +132,17 @@ def test_exact_windows_with_disorder_late_invalid_and_idle_partitions(
     # "radiology" stops after minute 1; its partition goes idle, its windows must still close.
     quiet = minute("radiology", 0, [0.7, 0.9]) + minute("radiology", 1, [0.5])
     publish(settings, [*busy, *quiet, opener])
-    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers,
+                         "message.max.bytes": producer_max_bytes(settings.topics)})  # fmt: skip
     producer.produce(settings.topics.snapshots, b"{not json", b"invoice")
+    # Larger than the Java producer's default request size (1 MB), and larger than fits in a
+    # dead letter once JSON writes each control character as six bytes: both get theirs.
+    producer.produce(settings.topics.snapshots, b"<" * 1_500_000, b"invoice")
+    producer.produce(settings.topics.snapshots, BIG, b"invoice")
+    # From another producer of the topic: ids and doc types longer than the contract allows.
+    too_long = orjson.loads(encode(event("invoice", T0 + 1_000, 0.5, 7)))
+    producer.produce(settings.topics.snapshots, orjson.dumps({**too_long, "event_id": "e" * 201}))
+    producer.produce(settings.topics.snapshots, orjson.dumps({**too_long, "doc_type": "d" * 513}))
     # Valid JSON but not an object, bytes that are not UTF-8, and a tombstone (no value).
     producer.produce(settings.topics.snapshots, b"[1, 2]", b"invoice")
     producer.produce(settings.topics.snapshots, b"\xff\xfe{", b"invoice")
@@ -167,12 +183,31 @@ def test_exact_windows_with_disorder_late_invalid_and_idle_partitions(
                for m in read_topic(settings.kafka, settings.topics.dead_letter)]  # fmt: skip
     assert sorted((dl.field, dl.raw[:9]) for dl in letters) == [
         ("$", ""),
+        ("$", "\x01" * 9),
+        ("$", "<" * 9),
         ("$", "[1, 2]"),
         ("$", "{not json"),
         ("$", "\ufffd\ufffd{"),
+        ("doc_type", '{"anchor_'),
+        ("event_id", '{"anchor_'),
         ("event_time_ms", '{"anchor_'),
     ]
-    assert {dl.reason for dl in letters if dl.field == "$"} == {"$: not a JSON object"}
+    (cut,) = (dl for dl in letters if dl.raw.startswith("\x01"))
+    keep = len(cut.raw)
+    assert 0 < keep < len(BIG)
+    assert cut.reason == (
+        f"$: not a JSON object [raw cut to its first {keep} of {len(BIG)} characters; "
+        f"sha256 of all: {hashlib.sha256(BIG).hexdigest()}]"
+    )
+    assert len(encode(cut)) <= record_limit(settings.topics)
+    assert [len(dl.raw) for dl in letters if dl.raw.startswith("<")] == [1_500_000]
+    assert {dl.reason for dl in letters if dl.field == "$" and dl is not cut} == {
+        "$: not a JSON object"
+    }
+    assert {dl.reason for dl in letters if dl.field in ("doc_type", "event_id")} == {
+        "doc_type: longer than 512 characters",
+        "event_id: longer than 200 characters",
+    }
     assert all(dl.source.startswith(f"drift-job:{settings.topics.snapshots}/") for dl in letters)
 
 

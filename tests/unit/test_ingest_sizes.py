@@ -11,17 +11,16 @@ import orjson
 import pytest
 
 from anchorwatch.connectors.publisher import (
-    FRAMING_BYTES,
     check_record_limit,
     contract_max_bytes,
     dead_letter_value,
-    record_limit,
 )
 from anchorwatch.connectors.records import kong_body, ndjson_body
 from anchorwatch.contracts import ContractError, DeadLetter, FieldProblem, SnapshotEvent, decode
 from anchorwatch.contracts import encode as encode_model
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.kafkaio import FRAMING_BYTES, record_limit
 from anchorwatch.settings import TopicSettings
 
 NOW_MS = 1_764_403_200_000
