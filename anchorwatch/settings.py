@@ -35,6 +35,20 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: Kafka client properties whose values are credentials (sasl.password, sasl.jaas.config,
+#: ssl.key.password, sasl.oauthbearer.client.secret, ssl.keystore.key, ...): masked wherever
+#: settings print.
+_SECRET_PROPERTY_WORDS = ("password", "secret", "jaas", "token", "key", "credential")
+
+
+def masked_properties(properties: dict[str, str]) -> dict[str, str]:
+    """``properties`` with the values of credential-like keys replaced by ``**********``."""
+    return {
+        k: "**********" if any(w in k.lower() for w in _SECRET_PROPERTY_WORDS) else v
+        for k, v in properties.items()
+    }
+
+
 class KafkaSettings(Section):
     bootstrap_servers: str = Field(
         default="127.0.0.1:9092", min_length=1, description="Kafka bootstrap servers, host:port,..."
@@ -53,6 +67,14 @@ class KafkaSettings(Section):
             "client_properties, e.g. sasl.jaas.config; JSON object in the environment."
         ),
     )
+
+    def __repr_args__(self) -> Any:
+        # repr() and str() of any settings object (and so logs and tracebacks) never show
+        # a credential given as a Kafka property.
+        for name, value in super().__repr_args__():
+            if name in ("client_properties", "java_properties") and isinstance(value, dict):
+                value = masked_properties(value)
+            yield name, value
 
 
 class TopicSettings(Section):
