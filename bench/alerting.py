@@ -33,8 +33,8 @@ import psutil
 import requests
 from confluent_kafka import Producer
 
-from anchorwatch.alerting.local_jira import LocalJira
-from anchorwatch.alerting.local_slack import LocalSlack
+from anchorwatch.alerting.fakes.jira import LocalJira
+from anchorwatch.alerting.fakes.slack import LocalSlack
 from anchorwatch.alerting.store import Store
 from anchorwatch.contracts import Verdict, WindowAggregate, encode
 from anchorwatch.jobs.settings import JobSettings

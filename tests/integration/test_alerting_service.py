@@ -12,7 +12,7 @@ import pytest
 import requests
 from confluent_kafka import Consumer, TopicPartition
 
-from anchorwatch.alerting.local_jira import LocalJira
+from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.render import incident_label
 from anchorwatch.alerting.service import AlertingService
 from anchorwatch.alerting.store import Store

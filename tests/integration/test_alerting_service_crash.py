@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from anchorwatch.alerting.local_jira import LocalJira
+from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.render import incident_label
 from anchorwatch.alerting.service import list_incidents
 from anchorwatch.alerting.store import Store
@@ -159,7 +159,7 @@ def test_kill_9_at_chosen_and_random_points_delivers_exactly_once(
 def test_a_thousand_doc_types_drifting_at_once(
     job_settings: JobSettings, tmp_path: Path, jira: LocalJira
 ) -> None:
-    from anchorwatch.alerting.local_slack import LocalSlack
+    from anchorwatch.alerting.fakes.slack import LocalSlack
 
     types = [f"type-{i:04d}" for i in range(1000)]
     means = [0.5, 0.87, 0.88, 0.5, 0.5, 0.5]  # opens on the third window, resolves on the sixth

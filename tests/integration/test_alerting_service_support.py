@@ -17,8 +17,8 @@ from typing import Any
 import requests
 from confluent_kafka import Producer
 
-from anchorwatch.alerting.local_jira import LocalJira
-from anchorwatch.alerting.local_slack import LocalSlack
+from anchorwatch.alerting.fakes.jira import LocalJira
+from anchorwatch.alerting.fakes.slack import LocalSlack
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.store import Store, StoreError
 from anchorwatch.contracts import DriftEvent, Verdict, decode_drift_event, encode

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 import requests
 
+from anchorwatch.alerting.fakes.jira import LocalJira
+from anchorwatch.alerting.fakes.jql import parse_jql
 from anchorwatch.alerting.jira import JiraNotifier, connect, find_jql
-from anchorwatch.alerting.local_jira import LocalJira, parse_jql
 from anchorwatch.alerting.notify import ManualClock, PermanentError, RetryableError, RetryPolicy
 from anchorwatch.alerting.render import doc_type_label, incident_label
 from anchorwatch.alerting.settings import JiraSection

@@ -20,9 +20,9 @@ import pytest
 import requests
 from slack_sdk.web import WebClient
 
+from anchorwatch.alerting.fakes.jira import LocalJira
+from anchorwatch.alerting.fakes.slack import LocalSlack
 from anchorwatch.alerting.jira import JiraNotifier, connect
-from anchorwatch.alerting.local_jira import LocalJira
-from anchorwatch.alerting.local_slack import LocalSlack
 from anchorwatch.alerting.notify import ManualClock, RetryPolicy
 from anchorwatch.alerting.render import (
     IncidentView,

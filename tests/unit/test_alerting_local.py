@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import requests
 
-from anchorwatch.alerting.local_jira import JqlError, LocalJira, parse_jql
-from anchorwatch.alerting.local_slack import LocalSlack
+from anchorwatch.alerting.fakes.jira import LocalJira
+from anchorwatch.alerting.fakes.jql import JqlError, parse_jql
+from anchorwatch.alerting.fakes.slack import LocalSlack
 
 
 @pytest.fixture

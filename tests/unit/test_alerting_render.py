@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from anchorwatch.alerting.chart import render_chart
-from anchorwatch.alerting.local_jira import JqlError, parse_jql
+from anchorwatch.alerting.fakes.jql import JqlError, parse_jql
 from anchorwatch.alerting.render import (
     DEFAULT_SUMMARY_TEMPLATE,
     IncidentView,

@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry
 from pydantic import TypeAdapter, ValidationError
 from slack_sdk.web import WebClient
 
-from anchorwatch.alerting.local_jira import LocalJira
-from anchorwatch.alerting.local_slack import LocalSlack
+from anchorwatch.alerting.fakes.jira import LocalJira
+from anchorwatch.alerting.fakes.slack import LocalSlack
 from anchorwatch.alerting.notify import ManualClock, NotifyError
 from anchorwatch.alerting.outbox import (
     BatchDelivery,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from anchorwatch.alerting.local_slack import LocalSlack
+from anchorwatch.alerting.fakes.slack import LocalSlack
 from anchorwatch.contracts import Verdict, WindowAggregate
 from anchorwatch.policy.window import judge_window, verdict_for
 

@@ -14,7 +14,7 @@ import requests
 from slack_sdk.web import WebClient
 from slack_sdk.webhook import WebhookClient
 
-from anchorwatch.alerting.local_slack import LocalSlack
+from anchorwatch.alerting.fakes.slack import LocalSlack
 from anchorwatch.alerting.notify import ManualClock, PermanentError, RetryableError, RetryPolicy
 from anchorwatch.alerting.render import WindowPoint, incident_label
 from anchorwatch.alerting.settings import RoutingSection, SlackSection

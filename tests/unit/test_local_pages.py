@@ -7,9 +7,9 @@ from typing import Any
 
 import requests
 
-from anchorwatch.alerting.local_jira import LocalJira
-from anchorwatch.alerting.local_pages import mrkdwn, wiki
-from anchorwatch.alerting.local_slack import LocalSlack
+from anchorwatch.alerting.fakes.jira import LocalJira
+from anchorwatch.alerting.fakes.pages import mrkdwn, wiki
+from anchorwatch.alerting.fakes.slack import LocalSlack
 
 
 def _api(slack: LocalSlack, method: str, **params: Any) -> dict[str, Any]:
