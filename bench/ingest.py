@@ -509,8 +509,9 @@ def warm_up_broker(
     compression: str,
     linger: float,
 ) -> None:
-    """The broker's JVM compiles its produce path under load: measured on a cold broker, the
-    same ingest run went 44k, 51k, 57k events/s in a row. Warm it before measuring anything."""
+    """The broker's JVM compiles its produce path under load: on a cold broker the same
+    ingest run gets faster round after round (docs/benchmarks.md). Warm it before measuring
+    anything."""
     if count <= 0:
         return
     t = time.perf_counter()

@@ -6,7 +6,7 @@ confluent-kafka calls delivery reports on the thread that polls the producer. Th
 event loop's own thread here (a task polls every millisecond while records are in flight):
 a separate poll thread would have to take the GIL back for every single report while the
 loop parses JSON, and under load each report then waits out the interpreter's switch
-interval (measured: 100-record requests took 140 ms instead of 10). The reports are counted
+interval (figures: docs/benchmarks.md, "Ingest: design figures"). The reports are counted
 per request, and the request's future resolves after its last one. Every record gets a report
 within ``message.timeout.ms`` (``ingest.ack_timeout_s``), so a request always learns the
 fate of each of its records: acknowledged, or failed (and then the client retries).
@@ -15,12 +15,9 @@ Records go to librdkafka in rounds: the records of every request that arrives wh
 is in flight wait here, and go together once its last report is in. The idempotent producer
 keeps one request in flight per partition, and records queued behind it past ``linger.ms``
 make librdkafka's broker thread poll without sleeping until the answer comes: on a busy
-host that takes the CPU the broker needs to answer. Measured in separate runs with a local
-broker on two cores (bench/ingest.py, 32 concurrent Kong batches): without rounds, 18-37k
-events/s with librdkafka's threads at 9-64 us of CPU per event, and deliveries timing out
-at times; with rounds, 43-62k events/s at 4 us, none timing out. The cost is at low
-concurrency, where a request may wait for the round before it (8 concurrent batches:
-27-39k events/s, against 33-47k).
+host that takes the CPU the broker needs to answer, and deliveries time out. Rounds cost
+something at low concurrency, where a request may wait for the round before it; both sides
+are measured in docs/benchmarks.md ("Ingest: design figures").
 """
 
 from __future__ import annotations
@@ -61,7 +58,7 @@ _ERRORS_KEPT: Final = 3
 _WRITTEN_TTL_S: Final = 600.0
 _WRITTEN_MAX: Final = 1_000_000
 # Rounds in flight per producer. A second one queues behind the first in librdkafka, which
-# is what rounds avoid (measured with two: delivery timeouts again at 8 concurrent requests).
+# is what rounds avoid (with two, deliveries timed out again: docs/benchmarks.md).
 _ROUNDS: Final = 1
 
 
@@ -377,8 +374,8 @@ class AckingProducer:
 
     def _start_round(self) -> None:
         """Produce the records of every waiting request: one produce_batch per request and
-        topic (librdkafka queues a list in one call, where a produce() per record cost a few
-        microseconds each, measured)."""
+        topic (librdkafka queues a list in one call, where a produce() per record costs more:
+        docs/benchmarks.md)."""
         if self._rounds >= _ROUNDS or not self._waiting or self._closing:
             return
         waiting, self._waiting = self._waiting, []

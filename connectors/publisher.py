@@ -128,8 +128,8 @@ def _cut(text: str, limit: int) -> str:
 
 def tight(data: bytes) -> bytes:
     """A copy of ``data`` in a buffer of its own size. orjson's output keeps the capacity it
-    grew to (measured: 32 KB for a 3 KB dead letter), and a request holds thousands of them
-    until Kafka acknowledges: 150 MB for one 13 MB batch of rejected entries."""
+    grew to, many times a dead letter's size, and a request holds thousands of them until
+    Kafka acknowledges (figures: docs/benchmarks.md, "Ingest: design figures")."""
     return bytes(memoryview(data))
 
 

@@ -618,7 +618,7 @@ async def _run_until_signalled(settings: IngestSettings, *, reuse_port: bool) ->
     service = IngestService(settings, reuse_port=reuse_port)
     # Each request allocates tens of thousands of short-lived objects (parsed JSON, none in
     # cycles): collect the young generation less often, and keep the startup heap out of
-    # full collections. Measured: about 10% less CPU per event.
+    # full collections (the CPU it saves: docs/benchmarks.md).
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
     stop = asyncio.Event()

@@ -142,7 +142,7 @@ class IngestOptions(Section):
     compression: Literal["none", "lz4", "zstd", "snappy", "gzip"] = Field(
         "lz4",
         description="Producer compression.type: lz4 saves network to a remote cluster; none "
-        "saves 1-2 us of CPU per record (measured) when Kafka is close.",
+        "saves CPU per record when Kafka is close (docs/benchmarks.md).",
     )
     shutdown_timeout_s: float = Field(
         30, gt=0, description="On SIGTERM: how long in-flight requests may take to finish."
