@@ -47,7 +47,7 @@ $(VENV)/.installed: pyproject.toml $(NATIVE)/Cargo.toml $(NATIVE)/Cargo.lock $(w
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-# Coverage-guided fuzzing of the ingest reader (README, Fuzzing): each target for
+# Coverage-guided fuzzing of the ingest reader (docs/ingest.md, Fuzzing): each target for
 # FUZZ_SECONDS on the committed corpus and what earlier runs added (fuzz/corpus/.work/, not
 # committed), then every input replayed through both paths. Needs cargo-fuzz and nightly.
 FUZZ_SECONDS ?= 60

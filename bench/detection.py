@@ -1,6 +1,6 @@
 """Detection quality: the static global rule and per-type baselines, side by side.
 
-    .venv/bin/python bench/detection.py   # the README's table; ~2.5 min on 2 idle cores
+    .venv/bin/python bench/detection.py   # docs/benchmarks.md's table (its run time too)
     .venv/bin/python bench/detection.py --first-seed 201 --verbose   # other seeds, details
     .venv/bin/python bench/detection.py --no-generator --families ar1,flat   # scenarios only
 

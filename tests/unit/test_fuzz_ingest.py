@@ -3,7 +3,7 @@ both paths, and short hypothesis runs of mutated bodies, through both paths and 
 service's request handling.
 
 The corpus (connectors/native/fuzz/corpus/) is what coverage-guided fuzzing of the compiled
-reader kept (`make fuzz`, README "Fuzzing"); replaying it here checks that the reference
+reader kept (`make fuzz`, docs/ingest.md "Fuzzing"); replaying it here checks that the reference
 path decides each of those inputs as the compiled one does: the same events, bytes and
 rejections. test_ingest_fastpath.py holds the structured comparisons; the inputs here are
 bytes, made by a fuzzer or by splicing bytes into ordinary bodies.
@@ -49,7 +49,7 @@ def test_the_committed_corpus_is_decided_alike_by_both_paths() -> None:
 def test_the_corpus_stays_small() -> None:
     for target in TARGETS:
         files = corpus_files(CORPUS, target, work=False)
-        assert len(files) <= 700, f"{target}: minimise it (README, Fuzzing)"
+        assert len(files) <= 700, f"{target}: minimise it (docs/ingest.md, Fuzzing)"
         assert sum(p.stat().st_size for p in files) <= 2_000_000
 
 
