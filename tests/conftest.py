@@ -16,6 +16,19 @@ from anchorwatch.slice import create_topics, delete_topics, new_run_id, run_scop
 from anchorwatch.stack.processes import free_port
 from anchorwatch.stack.stack import Stack, StackSettings
 
+# Variables that steer the test run itself, not the code under test: kept.
+_TEST_RUN_VARIABLES = ("ANCHORWATCH_TEST_", "ANCHORWATCH_SCREENSHOT_DIR", "ANCHORWATCH_JVM__")
+
+
+@pytest.fixture(autouse=True)
+def _no_settings_from_the_shell(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts from the documented defaults: ANCHORWATCH_* settings exported in a
+    developer's shell (the README's own `export` lines, a real Jira URL, ANCHORWATCH_CONFIG)
+    must not reach the code under test or the processes a test starts."""
+    for name in list(os.environ):
+        if name.startswith("ANCHORWATCH_") and not name.startswith(_TEST_RUN_VARIABLES):
+            monkeypatch.delenv(name)
+
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
