@@ -13,13 +13,13 @@ windows are the drift job's windows: the same checks decide which records count,
 same arithmetic (count, average of the requests' mean drift) makes the figures.
 
 Windows already computed (the verdicts or windows topic, a CSV/NDJSON file) need no Flink:
-``windows_from_topic`` and ``anchorwatch.backtest.read_windows`` read them for the fit.
+``windows_from_topic`` and ``anchorwatch.history.read_windows`` read them for the fit.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -32,13 +32,13 @@ from pyflink.table import (
     TableEnvironment,
 )
 
-from anchorwatch.backtest import window_from_row
 from anchorwatch.baseline_publish import (  # the services (no pyflink) publish too
     BaselinePublishError as BaselinePublishError,
 )
 from anchorwatch.baseline_publish import publish_baselines as publish_baselines
-from anchorwatch.contracts import Baseline, ContractError, WindowAggregate, decode_baseline, encode
+from anchorwatch.contracts import Baseline, ContractError, WindowAggregate, decode_baseline
 from anchorwatch.errors import AnchorwatchError
+from anchorwatch.history import window_from_row
 from anchorwatch.jobs.baseline_settings import BaselineSettings
 from anchorwatch.jobs.drift_job import checked_columns, invalid_condition
 from anchorwatch.kafkaio import read_topic
@@ -227,10 +227,3 @@ def read_baselines(kafka: KafkaSettings, topic: str) -> dict[str, Baseline]:
             continue
         out[baseline.doc_type] = baseline
     return out
-
-
-def write_baselines(path: Path, baselines: Iterable[Baseline]) -> int:
-    """One baseline per line, as ``read_baselines``-compatible NDJSON."""
-    lines = [encode(b) + b"\n" for b in baselines]
-    path.write_bytes(b"".join(lines))
-    return len(lines)

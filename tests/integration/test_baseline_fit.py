@@ -14,11 +14,11 @@ from confluent_kafka import Producer
 
 from anchorwatch import slice as flow
 from anchorwatch.backtest import aggregate_windows
+from anchorwatch.cli.baseline import baseline
 from anchorwatch.contracts import Baseline, SnapshotEvent, Verdict, encode, verdict_id
 from anchorwatch.generator import TrafficConfig, generate
 from anchorwatch.jobs.baseline_fit import publish_baselines, read_baselines
 from anchorwatch.jobs.settings import JobSettings
-from anchorwatch.policy.cli import backtest, baseline
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.fitting import fit_baselines
 
@@ -60,7 +60,6 @@ def run(config: Path, *args: str) -> Result:
         pass
 
     root.add_command(baseline)
-    root.add_command(backtest)
     return CliRunner().invoke(root, list(args), obj={"config": config})
 
 
@@ -196,7 +195,7 @@ def test_windows_already_on_the_verdicts_topic_fit_and_backtest_without_flink(
     }
     assert_same_fit(got, expected(events))
 
-    replay = run(config, "backtest", "--from-topic", "verdicts", "--fit-minutes", "20")
+    replay = run(config, "baseline", "backtest", "--from-topic", "verdicts", "--fit-minutes", "20")
     assert replay.exit_code == 0, replay.output
     assert "replayed" in replay.output
     incidents = [orjson.loads(x) for x in replay.stdout.splitlines() if x.startswith("{")]

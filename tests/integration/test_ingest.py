@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from anchorwatch.connectors.cli import ingest
+from anchorwatch.cli.ingest import ingest
 from anchorwatch.connectors.server import IngestService
 from anchorwatch.connectors.settings import IngestSettings
 from anchorwatch.contracts import DeadLetter, SnapshotEvent, decode, encode

@@ -13,9 +13,9 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from anchorwatch.alerting.cli import alerting
-from anchorwatch.alerting.local_jira import LocalJira
-from anchorwatch.alerting.local_slack import LocalSlack
+from anchorwatch.alerting.fakes.jira import LocalJira
+from anchorwatch.alerting.fakes.slack import LocalSlack
+from anchorwatch.cli.alerting import alerting
 from anchorwatch.errors import AnchorwatchError
 
 
@@ -88,7 +88,7 @@ def test_a_busy_port_is_a_clear_error() -> None:
 
 
 def test_local_jira_command_serves_until_stopped() -> None:
-    code = "from anchorwatch.alerting.cli import alerting; alerting(['local-jira', '--port', '0'])"
+    code = "from anchorwatch.cli.alerting import alerting; alerting(['local-jira', '--port', '0'])"
     process = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
     )

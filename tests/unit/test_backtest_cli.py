@@ -1,4 +1,4 @@
-"""`anchorwatch backtest` and `anchorwatch baseline fit/show` end to end on files (no Kafka):
+"""`anchorwatch baseline backtest | fit | show` end to end on files (no Kafka):
 generated traffic -> window file -> baselines -> incidents, scored against the labels."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from anchorwatch.backtest import BacktestInputError, aggregate_windows
+from anchorwatch.cli.baseline import baseline
 from anchorwatch.generator import TrafficConfig, generate
-from anchorwatch.policy.cli import backtest, baseline
 
 # The generated history takes a few seconds to make.
 pytestmark = [pytest.mark.slow]
@@ -43,7 +43,6 @@ def run(*args: str) -> Result:
     def root() -> None:
         pass
 
-    root.add_command(backtest)
     root.add_command(baseline)
     env = {"ANCHORWATCH_CONFIG": "", "ANCHORWATCH_POLICY__VERSION": "p1"}
     return CliRunner().invoke(root, list(args), obj={"config": None}, env=env)
@@ -55,7 +54,7 @@ def test_backtest_writes_the_incidents_it_would_have_opened(
     windows, labels = history
     out, fitted = tmp_path / "incidents.ndjson", tmp_path / "baselines.ndjson"
     result = run(
-        "backtest", str(windows), "--fit-minutes", "120", "--out", str(out),
+        "baseline", "backtest", str(windows), "--fit-minutes", "120", "--out", str(out),
         "--baselines-out", str(fitted), "--labels", str(labels),
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -82,7 +81,7 @@ def test_backtest_writes_the_incidents_it_would_have_opened(
     # The same history with the baselines just written, cut the same way (each type after
     # its own first 120 minutes), replays to the same incidents.
     again = run(
-        "backtest", str(windows), "--baselines", str(fitted), "--fit-minutes", "120",
+        "baseline", "backtest", str(windows), "--baselines", str(fitted), "--fit-minutes", "120",
     )  # fmt: skip
     assert again.exit_code == 0, again.output
     replayed = [orjson.loads(line) for line in again.stdout.splitlines() if line.startswith("{")]
@@ -112,23 +111,23 @@ def test_backtest_reads_ndjson_topic_dumps(history: tuple[Path, Path], tmp_path:
             for r in rows
         )
     )
-    from_csv = run("backtest", str(windows), "--fit-fraction", "0.5")
-    from_dump = run("backtest", str(dump), "--fit-fraction", "0.5")
+    from_csv = run("baseline", "backtest", str(windows), "--fit-fraction", "0.5")
+    from_dump = run("baseline", "backtest", str(dump), "--fit-fraction", "0.5")
     assert from_csv.exit_code == from_dump.exit_code == 0, from_dump.output
     assert from_csv.stdout == from_dump.stdout
 
 
 def test_backtest_errors_are_clear(history: tuple[Path, Path], tmp_path: Path) -> None:
     windows, _ = history
-    assert "give input files or --from-topic" in run("backtest").output
-    both = run("backtest", str(windows), "--fit-minutes", "5", "--fit-fraction", "0.5")
+    assert "give input files or --from-topic" in run("baseline", "backtest").output
+    both = run("baseline", "backtest", str(windows), "--fit-minutes", "5", "--fit-fraction", "0.5")
     assert both.exit_code == 2
     assert "at most one of" in both.output
-    late = run("backtest", str(windows), "--fit-minutes", "100000")
+    late = run("baseline", "backtest", str(windows), "--fit-minutes", "100000")
     assert "nothing to replay" in str(late.exception)
     bad = tmp_path / "bad.csv"
     bad.write_text("doc_type,window_start,count,mean\nnda,1764403200000,3,lots\n")
-    result = run("backtest", str(bad))
+    result = run("baseline", "backtest", str(bad))
     assert isinstance(result.exception, BacktestInputError)
     assert "bad.csv:2: mean" in str(result.exception)
 
@@ -202,7 +201,7 @@ def test_many_series_each_fitted_on_its_own_prefix(tmp_path: Path) -> None:
     fitted = tmp_path / "baselines.ndjson"
     out = tmp_path / "incidents.ndjson"
     result = run(
-        "backtest", str(path), "--fit-fraction", "0.5", "--baselines-out", str(fitted),
+        "baseline", "backtest", str(path), "--fit-fraction", "0.5", "--baselines-out", str(fitted),
         "--out", str(out),
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -221,14 +220,14 @@ def test_rows_wider_apart_than_the_window_are_warned_about_once_per_type(
         tmp_path / "five.csv",
         _rows("five_min", 0, 160, step_min=5) + _rows('"odd" type', 0, 160, step_min=5),
     )
-    result = run("backtest", str(path))
+    result = run("baseline", "backtest", str(path))
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 2
     assert warnings[1].startswith('warning: "five_min": 159 of 160 rows come after a gap')
     assert "typical spacing 300 s" in warnings[1]
     assert warnings[0].startswith('warning: "\\"odd\\" type": 159 of 160')  # quoted
-    quiet = run("backtest", str(path), "--rows-are-windows")
+    quiet = run("baseline", "backtest", str(path), "--rows-are-windows")
     assert quiet.exit_code == 0, quiet.output
     assert "warning:" not in quiet.output
 
@@ -238,7 +237,7 @@ def test_rows_are_windows_judges_five_minute_samples_as_consecutive_windows(
 ) -> None:
     path = _csv(tmp_path / "five.csv", _rows("five_min", 0, 160, step_min=5, jump=range(120, 126)))
     changes = tmp_path / "changes.ndjson"
-    result = run("backtest", str(path), "--rows-are-windows", "--changes", str(changes))
+    result = run("baseline", "backtest", str(path), "--rows-are-windows", "--changes", str(changes))
     assert result.exit_code == 0, result.output
     records = [orjson.loads(line) for line in changes.read_bytes().splitlines()]
     opened = next(r for r in records if r["change"] == "opened")
@@ -253,7 +252,7 @@ def test_repeated_window_starts_are_warned_about_and_the_last_row_counts(
     doubled = [[*r[:3], "0.9500"] for r in rows[120:]] + rows
     path = _csv(tmp_path / "dup.csv", doubled)
     out = tmp_path / "incidents.ndjson"
-    result = run("backtest", str(path), "--out", str(out))
+    result = run("baseline", "backtest", str(path), "--out", str(out))
     assert result.exit_code == 0, result.output
     assert 'warning: "nda": 120 rows repeat a window start already given' in result.output
     assert out.read_bytes() == b""
@@ -262,7 +261,7 @@ def test_repeated_window_starts_are_warned_about_and_the_last_row_counts(
 def test_changes_lists_every_state_change_with_its_window(tmp_path: Path) -> None:
     path = _csv(tmp_path / "jump.csv", _rows("nda", 0, 240, jump=range(200, 206)))
     changes, out = tmp_path / "changes.ndjson", tmp_path / "incidents.ndjson"
-    result = run("backtest", str(path), "--changes", str(changes), "--out", str(out))
+    result = run("baseline", "backtest", str(path), "--changes", str(changes), "--out", str(out))
     assert result.exit_code == 0, result.output
     records = [orjson.loads(line) for line in changes.read_bytes().splitlines()]
     assert records[0]["change"] == "opened"

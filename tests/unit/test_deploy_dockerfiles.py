@@ -266,8 +266,8 @@ for blocked in ("pyflink", "apache_beam", "pyarrow", "pandas"):
     sys.modules[blocked] = None
 from click.testing import CliRunner
 from anchorwatch.cli import cli
-from anchorwatch.alerting.cli import alerting
-from anchorwatch.connectors.cli import ingest
+from anchorwatch.cli.alerting import alerting
+from anchorwatch.cli.ingest import ingest
 import anchorwatch.alerting.service, anchorwatch.connectors.server
 for group, args in ((cli, ["settings"]), (alerting, ["serve", "--help"]),
                     (alerting, ["local-slack", "--help"]), (ingest, ["serve", "--help"])):

@@ -10,7 +10,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from anchorwatch.connectors.cli import ingest
+from anchorwatch.cli.ingest import ingest
 from anchorwatch.connectors.publisher import DeliveryError
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.stack.processes import free_port

@@ -1,5 +1,6 @@
-"""`anchorwatch baseline fit | show` and `anchorwatch backtest`: entry points only; the work
-is in anchorwatch.policy.fitting, anchorwatch.backtest and anchorwatch.jobs.baseline_fit."""
+"""`anchorwatch baseline fit | show | backtest`: entry points only; the work is in
+anchorwatch.policy.fitting, anchorwatch.backtest, anchorwatch.history (the files) and
+anchorwatch.jobs.baseline_fit (the Flink batch job and the topics)."""
 
 from __future__ import annotations
 
@@ -8,48 +9,38 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
 
+from anchorwatch.cli.common import load_settings, open_out, out_option, progress, utc_minute
 from anchorwatch.contracts import Baseline, WindowAggregate
 from anchorwatch.errors import AnchorwatchError
+from anchorwatch.history import parse_time_ms
+
+if TYPE_CHECKING:
+    from anchorwatch.backtest import BacktestResult
+    from anchorwatch.history import Label
+    from anchorwatch.jobs.baseline_settings import BaselineSettings
 
 log = logging.getLogger(__name__)
 
 
-def _settings(ctx: click.Context, **job: Any) -> Any:
+def _settings(ctx: click.Context, **job: Any) -> BaselineSettings:
     from anchorwatch.jobs.baseline_settings import BaselineSettings
 
-    root = ctx.find_root().obj
-    config = root.get("config") if isinstance(root, dict) else None
-    given = {k: v for k, v in job.items() if v is not None}
-    return BaselineSettings.load(config, **({"job": given} if given else {}))
+    return load_settings(ctx, BaselineSettings, job=job)
 
 
 def _time(value: str | None, option: str) -> int | None:
-    from anchorwatch.backtest import parse_time_ms
-
     if value is None:
         return None
     try:
         return parse_time_ms(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
-
-
-def _progress(label: str, total: int | None = None, unit: str = "window") -> Any:
-    from tqdm import tqdm
-
-    # Auto-disables when stderr is not a terminal, so CI logs stay readable.
-    return tqdm(total=total, desc=label, unit=unit, file=sys.stderr, disable=None)
-
-
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%MZ")
 
 
 def baseline_table(baselines: Iterable[Baseline]) -> str:
@@ -67,7 +58,7 @@ def baseline_table(baselines: Iterable[Baseline]) -> str:
             f"{name:<28} {status:<12} {b.window_count:>7} {b.center:>7.3f} {b.spread:>7.4f} "
             f"{b.threshold:>9.3f} {b.critical_threshold:>8.3f} {b.min_requests:>5} "
             f"{b.typical_request_count:>9.1f} {'yes' if b.hourly_center else 'no':>6}  "
-            f"{_iso(b.fitted_at_ms):<17} {b.version}"
+            f"{utc_minute(b.fitted_at_ms):<17} {b.version}"
         )
     return "\n".join(lines)
 
@@ -77,7 +68,8 @@ def baseline_table(baselines: Iterable[Baseline]) -> str:
 
 @click.group("baseline")
 def baseline() -> None:
-    """Per doc type baselines: fit them on history, show the current ones."""
+    """Per doc type baselines: fit them on history, show the current ones, and backtest the
+    policy with them on a history of windows."""
 
 
 @baseline.command("fit")
@@ -94,7 +86,8 @@ def baseline() -> None:
 @click.option(
     "--windows-file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Window aggregates (CSV or NDJSON, see `backtest`) instead of snapshots: no Flink.",
+    help="Window aggregates (CSV or NDJSON, see `baseline backtest`) instead of snapshots: "
+    "no Flink.",
 )
 @click.option(
     "--from-topic",
@@ -136,7 +129,7 @@ def fit_cmd(
     typical request count, an hourly profile when the history allows, and the thresholds
     and minimum sample size every consumer compares windows with. Types with too little
     history are marked so and keep the static rule."""
-    from anchorwatch.backtest import read_windows
+    from anchorwatch.history import read_windows, write_baselines
     from anchorwatch.jobs import baseline_fit
     from anchorwatch.policy.fitting import fit_baselines
     from anchorwatch.stack.jvm import fetch
@@ -158,7 +151,7 @@ def fit_cmd(
         source = ", ".join(map(str, files)) if files else settings.topics.snapshots
         click.echo(f"aggregating {source} into windows (Flink, batch)...", err=True)
         jar = None if files else fetch(settings.jvm.cache_dir)[0].flink_jobs_jar()
-        with _progress("windows") as bar:
+        with progress("windows", unit="window") as bar:
             windows = baseline_fit.aggregate_history(
                 settings,
                 connector_jar=jar,
@@ -184,7 +177,7 @@ def fit_cmd(
     types = len({w.doc_type for w in windows})
     click.echo(f"{len(windows)} windows of {types} doc types from {source}", err=True)
 
-    with _progress("fitting", total=types, unit="type") as bar:
+    with progress("fitting", total=types, unit="type") as bar:
         fits = fit_baselines(
             windows,
             settings.policy,
@@ -199,7 +192,7 @@ def fit_cmd(
         for note in result.notes:
             click.echo(f"  {doc_type}: {note}")
     if out is not None:
-        baseline_fit.write_baselines(out, baselines)
+        write_baselines(out, baselines)
         click.echo(f"wrote {len(baselines)} baselines to {out}", err=True)
     if publish:
         n = baseline_fit.publish_baselines(
@@ -235,8 +228,8 @@ def show_cmd(
 ) -> None:
     """Print the current baselines (all, or DOC_TYPE's) from the compacted baselines topic.
     Exit 1 when there is none to show."""
-    from anchorwatch.backtest import read_baselines as read_file
     from anchorwatch.contracts import encode
+    from anchorwatch.history import read_baselines as read_file
 
     if from_file is not None:
         current = read_file(from_file)
@@ -267,7 +260,7 @@ def show_cmd(
 # --------------------------------------------------------------------------- backtest
 
 
-@click.command("backtest")
+@baseline.command("backtest")
 @click.argument(
     "inputs", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True, path_type=Path)
 )
@@ -300,13 +293,7 @@ def show_cmd(
     help="Use these baselines (NDJSON, as `baseline fit --out` writes) instead of fitting; "
     "the whole history is replayed unless --fit-until says otherwise.",
 )
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
-    default=Path("-"),
-    show_default=True,
-    help="Where the incidents go (NDJSON), - for stdout.",
-)
+@out_option("Where the incidents go (NDJSON), - for stdout.")
 @click.option(
     "--baselines-out",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -364,6 +351,7 @@ def backtest(
     replayed, or baselines are given with --baselines. Rows repeating a doc type's window
     start: the last one counts (a warning says how many were dropped)."""
     from anchorwatch import backtest as bt
+    from anchorwatch.history import read_baselines, read_labels, write_baselines
 
     if bool(inputs) == bool(from_topic):
         raise click.UsageError("give input files or --from-topic (one of them)")
@@ -375,8 +363,8 @@ def backtest(
     windows = _read_inputs(inputs, fmt, size_ms) if inputs else _read_topic(settings, from_topic)
     if not windows:
         raise AnchorwatchError("the history holds no windows")
-    windows = _shape(bt, windows, size_ms, rows_are_windows=rows_are_windows)
-    baselines = bt.read_baselines(baselines_file) if baselines_file is not None else None
+    windows = _shape(windows, size_ms, rows_are_windows=rows_are_windows)
+    baselines = read_baselines(baselines_file) if baselines_file is not None else None
     cut: int | dict[str, int] | None = _time(fit_until, "--fit-until")
     if cut is None:
         if baselines is not None and fit_minutes is None and fit_fraction is None:
@@ -388,11 +376,9 @@ def backtest(
     if result.replayed_windows == 0:
         raise AnchorwatchError(
             "nothing to replay: every window starts before its type's fit cut "
-            f"(the earliest {_iso(result.replay_start_ms)})"
+            f"(the earliest {utc_minute(result.replay_start_ms)})"
         )
     if baselines_out is not None:
-        from anchorwatch.jobs.baseline_fit import write_baselines
-
         write_baselines(baselines_out, result.baselines.values())
     _write_lines(out, [bt.incident_record(i) for i in result.incidents])
     if changes is not None:
@@ -403,9 +389,10 @@ def backtest(
     static = len({w.doc_type for w in windows}) - fitted
     own = len(set(result.cuts.values())) > 1
     click.echo(
-        f"replayed {result.replayed_windows} windows from {_iso(result.replay_start_ms)}"
+        f"replayed {result.replayed_windows} windows from {utc_minute(result.replay_start_ms)}"
         + (" (each type from its own cut)" if own else "")
-        + f" to {_iso(result.replay_end_ms)}; baselines {how}, {fitted} types on their baseline"
+        + f" to {utc_minute(result.replay_end_ms)}; baselines {how}, "
+        + f"{fitted} types on their baseline"
         + (f", {static} on the static rule" if static else "")
         + f"; {len(result.incidents)} incidents",
         err=True,
@@ -415,16 +402,13 @@ def backtest(
     ):
         click.echo(f"  {doc_type} [{rule}]: {n}", err=True)
     if labels is not None:
-        _print_score(bt, result, bt.read_labels(labels), windows, size_ms)
+        _print_score(result, read_labels(labels), windows, size_ms)
 
 
 def _write_lines(path: Path, records: Sequence[dict[str, Any]]) -> None:
     data = b"".join(orjson.dumps(r) + b"\n" for r in records)
-    if str(path) == "-":
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-    else:
-        path.write_bytes(data)
+    with open_out(path) as sink:
+        sink.write(data)
 
 
 def _shown(doc_type: str) -> str:
@@ -433,11 +417,13 @@ def _shown(doc_type: str) -> str:
 
 
 def _shape(
-    bt: Any, windows: list[WindowAggregate], size_ms: int, *, rows_are_windows: bool
+    windows: list[WindowAggregate], size_ms: int, *, rows_are_windows: bool
 ) -> list[WindowAggregate]:
     """One rule for repeated window starts (the last row counts) for the fit and the
     replay alike, rows as windows when asked, and a warning per doc type about either."""
-    windows, dropped = bt.deduplicate(windows)
+    from anchorwatch.backtest import deduplicate, rows_as_windows, spacing
+
+    windows, dropped = deduplicate(windows)
     for doc_type, n in sorted(dropped.items()):
         click.echo(
             f"warning: {_shown(doc_type)}: {n} rows repeat a window start already given; "
@@ -445,8 +431,8 @@ def _shape(
             err=True,
         )
     if rows_are_windows:
-        return list(bt.rows_as_windows(windows))
-    for doc_type, sp in sorted(bt.spacing(windows).items()):
+        return list(rows_as_windows(windows))
+    for doc_type, sp in sorted(spacing(windows).items()):
         if sp.gaps:
             typical = f"{sp.typical_ms / 1000:g} s" if sp.typical_ms is not None else "-"
             click.echo(
@@ -460,7 +446,7 @@ def _shape(
 
 
 def _read_inputs(inputs: Sequence[Path], fmt: str | None, size_ms: int) -> list[WindowAggregate]:
-    from anchorwatch.backtest import read_windows
+    from anchorwatch.history import read_windows
 
     windows: list[WindowAggregate] = []
     for path in inputs:
@@ -471,7 +457,7 @@ def _read_inputs(inputs: Sequence[Path], fmt: str | None, size_ms: int) -> list[
     return windows
 
 
-def _read_topic(settings: Any, topic: str | None) -> list[WindowAggregate]:
+def _read_topic(settings: BaselineSettings, topic: str | None) -> list[WindowAggregate]:
     from anchorwatch.jobs.baseline_fit import windows_from_topic
 
     assert topic is not None
@@ -481,9 +467,14 @@ def _read_topic(settings: Any, topic: str | None) -> list[WindowAggregate]:
 
 
 def _print_score(
-    bt: Any, result: Any, labels: Sequence[Any], windows: Sequence[WindowAggregate], size_ms: int
+    result: BacktestResult,
+    labels: Sequence[Label],
+    windows: Sequence[WindowAggregate],
+    size_ms: int,
 ) -> None:
-    s = bt.score(
+    from anchorwatch.backtest import score
+
+    s = score(
         result.changes,
         labels,
         replay_start_ms=result.cuts or result.replay_start_ms,
@@ -501,4 +492,6 @@ def _print_score(
         err=True,
     )
     for lab in s.missed:
-        click.echo(f"  missed: {lab.kind} on {lab.doc_type} at {_iso(lab.start_ms)}", err=True)
+        click.echo(
+            f"  missed: {lab.kind} on {lab.doc_type} at {utc_minute(lab.start_ms)}", err=True
+        )

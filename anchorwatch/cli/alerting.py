@@ -12,6 +12,7 @@ from typing import Any, cast
 import click
 
 from anchorwatch.alerting.render import IncidentView, Severity, WindowPoint
+from anchorwatch.cli.common import load_settings
 from anchorwatch.contracts import Reason, WindowAggregate
 from anchorwatch.errors import AnchorwatchError
 
@@ -22,19 +23,6 @@ def alerting() -> None:
     events; its local Slack/Jira servers and a test notification."""
 
 
-_CONFIG_OPTION = click.option(
-    "--config",
-    "config_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="TOML settings file. [default: --config of anchorwatch, or ANCHORWATCH_CONFIG]",
-)
-
-
-def _config(ctx: click.Context, config_file: Path | None) -> Path | None:
-    return config_file or ((ctx.obj or {}).get("config") if isinstance(ctx.obj, dict) else None)
-
-
 @alerting.command("serve")
 @click.option(
     "--dry-run",
@@ -43,17 +31,15 @@ def _config(ctx: click.Context, config_file: Path | None) -> Path | None:
     help="Send nothing: log each notification it would send as a JSON line. "
     "[default: alerting.dry_run]",
 )
-@_CONFIG_OPTION
 @click.pass_context
-def serve(ctx: click.Context, dry_run: bool, config_file: Path | None) -> None:
+def serve(ctx: click.Context, dry_run: bool) -> None:
     """Consume verdicts, keep incidents (state under alerting.state_dir) and deliver their
     notifications to Slack, Jira and the drift-events topic, exactly once, until SIGTERM or
     Ctrl-C. /metrics, /healthz and /readyz on alerting.metrics_host:metrics_port."""
     from anchorwatch.alerting.service import serve as run
     from anchorwatch.alerting.settings import AlertingSettings
 
-    overrides: dict[str, Any] = {"alerting": {"dry_run": True}} if dry_run else {}
-    run(AlertingSettings.load(_config(ctx, config_file), **overrides))
+    run(load_settings(ctx, AlertingSettings, alerting={"dry_run": dry_run or None}))
 
 
 @alerting.command("incidents")
@@ -72,7 +58,6 @@ def serve(ctx: click.Context, dry_run: bool, config_file: Path | None) -> None:
     default=None,
     help="The service's state directory. [default: alerting.state_dir]",
 )
-@_CONFIG_OPTION
 @click.pass_context
 def incidents(
     ctx: click.Context,
@@ -80,7 +65,6 @@ def incidents(
     limit: int,
     as_json: bool,
     state_dir: Path | None,
-    config_file: Path | None,
 ) -> None:
     """List open incidents (with --all, recent resolved ones too): severity, times, the Jira
     ticket, notifications not yet delivered ('!': some failed for good) and, with --json,
@@ -92,7 +76,7 @@ def incidents(
     from anchorwatch.alerting.service import list_incidents
     from anchorwatch.alerting.settings import AlertingSettings
 
-    directory = state_dir or AlertingSettings.load(_config(ctx, config_file)).alerting.state_dir
+    directory = state_dir or load_settings(ctx, AlertingSettings).alerting.state_dir
     listing = list_incidents(directory, open_only=not show_all, limit=limit)
     if as_json:
         for item in listing:
@@ -179,7 +163,7 @@ def _bind(cls: Any, host: str, port: int, **kwargs: Any) -> Any:
 def local_slack(host: str, port: int, token: str | None) -> None:
     """Run a local Slack (Web API + incoming webhook) that records what it receives; see
     the messages at http://HOST:PORT/ ."""
-    from anchorwatch.alerting.local_slack import LocalSlack
+    from anchorwatch.alerting.fakes.slack import LocalSlack
 
     server = _bind(LocalSlack, host, port, token=token)
     _serve(
@@ -227,7 +211,7 @@ def local_jira(
 ) -> None:
     """Run a local Jira (the REST endpoints the notifier uses) that records what it receives;
     see the tickets at http://HOST:PORT/ ."""
-    from anchorwatch.alerting.local_jira import LocalJira
+    from anchorwatch.alerting.fakes.jira import LocalJira
 
     credentials = (user or "", token) if token else None
     server = _bind(
@@ -259,23 +243,15 @@ def local_jira(
     show_default=True,
     help="Severity of the sample incident.",
 )
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="TOML settings file. [default: --config of anchorwatch, or ANCHORWATCH_CONFIG]",
-)
 @click.pass_context
-def send_test(ctx: click.Context, doc_type: str, severity: str, config_file: Path | None) -> None:
+def send_test(ctx: click.Context, doc_type: str, severity: str) -> None:
     """Send a sample incident through the configured integrations: open, one update (with
     the chart), resolve. Prints the Slack thread and the Jira key."""
     from anchorwatch.alerting.jira import JiraNotifier
     from anchorwatch.alerting.settings import AlertingSettings
     from anchorwatch.alerting.slack import SlackNotifier, SlackWebhookNotifier
 
-    config = config_file or ((ctx.obj or {}).get("config") if isinstance(ctx.obj, dict) else None)
-    settings = AlertingSettings.load(config)
+    settings = load_settings(ctx, AlertingSettings)
     retry = settings.retry.policy()
     views, history = sample_incident(doc_type, cast(Severity, severity))
     dashboard = settings.routing.dashboard_url(doc_type)

@@ -1,5 +1,5 @@
-"""`anchorwatch ingest serve | replay`: entry points only; the work is in server.py and
-replay.py."""
+"""`anchorwatch ingest serve | replay`: entry points only; the work is in
+anchorwatch.connectors (server.py, replay.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,8 @@ from typing import IO, Any
 
 import click
 
+from anchorwatch.cli.common import load_settings, progress
 from anchorwatch.connectors.settings import IngestSettings
-
-
-def _settings(ctx: click.Context, **ingest: Any) -> IngestSettings:
-    config = (ctx.find_root().obj or {}).get("config")
-    given = {k: v for k, v in ingest.items() if v is not None}
-    return IngestSettings.load(config, **({"ingest": given} if given else {}))
 
 
 @click.group("ingest")
@@ -43,7 +38,7 @@ def serve_cmd(ctx: click.Context, /, **opts: Any) -> None:
     SIGTERM (in-flight requests finish, the producer flushes)."""
     from anchorwatch.connectors.server import serve
 
-    settings = _settings(ctx, **opts)
+    settings = load_settings(ctx, IngestSettings, ingest=opts)
     root = ctx.find_root()
     level = root.params.get("log_level") or "INFO"
     serve(settings, log_level=str(level))
@@ -77,13 +72,11 @@ def replay_cmd(
 ) -> None:
     """Replay a file (or - for stdin) of NDJSON snapshot events or Kong log entries through
     the same validation and dead-lettering as the service; prints a summary."""
-    from tqdm import tqdm
-
     from anchorwatch.connectors.publisher import SnapshotPublisher
     from anchorwatch.connectors.replay import replay
     from anchorwatch.connectors.server import kong_format
 
-    settings = _settings(ctx)
+    settings = load_settings(ctx, IngestSettings)
     stdin = str(file) == "-"
     label = source or f"replay:{'stdin' if stdin else file.name}"
     publisher = SnapshotPublisher(
@@ -95,10 +88,7 @@ def replay_cmd(
     stream: IO[bytes] = sys.stdin.buffer if stdin else file.open("rb")
     total = None if stdin else file.stat().st_size
     try:
-        # Auto-disabled when stderr is not a terminal.
-        with tqdm(
-            total=total, unit="B", unit_scale=True, desc="replay", file=sys.stderr, disable=None
-        ) as bar:
+        with progress("replay", total=total, unit="B", unit_scale=True) as bar:
             summary = replay(
                 stream,
                 publisher,
