@@ -1,4 +1,5 @@
-"""Every `anchorwatch ...` command the README and docs/ show exists in the command line.
+"""Every `anchorwatch ...` command the README and docs/ show exists in the command line,
+with the options they give it.
 
 Commands are resolved through click's own command tree from the root group, so a command
 that moves between modules keeps passing as long as its name stays, and a renamed or
@@ -24,6 +25,9 @@ _FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 _SPAN = re.compile(r"`([^`\n]+)`")
 # `docker run --entrypoint anchorwatch IMAGE ...`: the words after it are docker's.
 _INVOCATION = re.compile(r"(?:^|(?<=[\s/(`'\"$;&|]))(?<!--entrypoint )anchorwatch[ \t]+([^\n#]*)")
+
+
+_OPTION = re.compile(r"(?<![\w-])--?[A-Za-z][\w-]*")
 
 
 def _code(text: str) -> list[str]:
@@ -66,6 +70,16 @@ def resolve(words: list[str], root: click.Group = cli) -> str | None:
         command = command.commands[word.split("|")[0]]
         path += f" {word}"
         i += 1
+    if isinstance(command, click.Group):
+        return None
+    # The command's own options, as far as the words are its arguments.
+    options = {o for p in command.params for o in (*p.opts, *p.secondary_opts)} | {"--help"}
+    for word in words[i:]:
+        if word in {"|", "&&", ";", ">", "<"}:
+            break
+        for option in _OPTION.findall(word):
+            if option not in options:
+                return f"{path}: no option {option}"
     return None
 
 
@@ -79,6 +93,9 @@ def test_the_resolver_tells_commands_from_mistakes() -> None:
     assert resolve(["alerting", "local-slack|local-zendesk"]) is not None
     assert resolve(["no-such-group", "serve"]) is not None
     assert resolve(["--no-such-option"]) is not None
+    assert resolve(["stack", "up", "[--flink]", "--partitions=3", "x-request-id"]) is None
+    assert resolve(["stack", "up", "--flimk"]) is not None
+    assert resolve(["read", "TOPIC", "|", "grep", "--count"]) is None
 
 
 def test_invocations_are_read_from_code_only() -> None:
