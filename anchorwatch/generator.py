@@ -281,9 +281,9 @@ class Traffic:
         for k, offset in enumerate(_arrival_offsets(content, profile.rate_per_minute)):
             event_time = minute_start + offset
             active = [i for i in incidents if i.covers(event_time)]
-            event = _event(
-                content, profile, f"{cfg.seed}-{index}-{minute}-{k}", event_time, active, cfg
-            )
+            # The seed and the start's epoch minute make ids unique across streams too.
+            event_id = f"{cfg.seed}-{cfg.start_ms // MINUTE_MS}-{index}-{minute}-{k}"
+            event = _event(content, profile, event_id, event_time, active, cfg)
             # Always draw all delivery decisions so that changing one rate leaves the others'
             # outcomes for each event unchanged.
             malformed = delivery.random() < cfg.malformed_rate
