@@ -343,10 +343,13 @@ class IncidentTracker:
         return _Slot(start, end, state, evidence, window, judgement)
 
     def _pool(self, cusum: float, baseline: Baseline, window: WindowAggregate) -> float:
-        """One CUSUM step in effective standard errors: correlated neighbours are worth
-        fewer independent windows, so each one's evidence is discounted by
-        sqrt((1 - phi) / (1 + phi)), the AR(1) variance factor of a sum. The reference (half
-        the shift to detect) grows with the margin, so a higher sensitivity never pools more
+        """One CUSUM step. On correlated windows a sum of k of them varies R times more than
+        k independent ones (R = (1 + phi) / (1 - phi), phi from the fit), so each window's
+        evidence z is divided by sqrt(R) and the reference is not: the CUSUM then drifts
+        down on normal traffic as fast as on independent windows, and its false-alarm rate
+        is what ``pooling_threshold`` promises for them (discounting the reference as well
+        would let a slow wander of the level bank evidence). The reference (half the shift
+        to detect) grows with the margin, so a higher sensitivity never pools more
         evidence."""
         margin = baseline.threshold - baseline.center
         if margin <= 0:
@@ -358,9 +361,9 @@ class IncidentTracker:
         reference = self.policy.pooling_shift * margin / se / 2.0
         # One window adds at most half the limit: a single heavy-tailed spike is never
         # pooled evidence on its own (the window rule judges it).
-        step = min(z - reference, self.policy.pooling_threshold / 2.0)
+        step = min(discount * z - reference, self.policy.pooling_threshold / 2.0)
         cap = POOLING_CAP * self.policy.pooling_threshold
-        return min(cap, max(0.0, cusum + discount * step))
+        return min(cap, max(0.0, cusum + step))
 
     def _silence(
         self, doc_type: str, rule: RuleConfig, st: _RunState, next_start_ms: int

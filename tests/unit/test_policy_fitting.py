@@ -11,8 +11,10 @@ import pytest
 from anchorwatch.contracts import Baseline, WindowAggregate
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.fitting import (
+    autocorrelation,
     fit_baseline,
     fit_baselines,
+    long_run_ratio,
     median,
     quantile,
     robust_sigma,
@@ -199,6 +201,35 @@ def test_autocorrelated_histories_are_measured_and_widen_the_spread() -> None:
     b_iid, _ = fit(shuffled, seasonality="off")
     assert (b_iid.autocorrelation or 0.0) < 0.1
     assert b.spread > b_iid.spread  # same values, fewer independent ones: wider
+
+
+def test_a_wandering_level_under_window_noise_is_measured_by_its_long_run_variance() -> None:
+    """A level wandering as AR(1) with phi 0.97 under as much window noise: the lag-1
+    correlation reads about half, an AR(1) with that phi would add up 3 times faster than
+    independent windows, the series really adds up ~30 times faster. The fit stores the
+    phi of an AR(1) with the measured long-run variance; independent windows stay at 0,
+    and a few incidents in the history (sustained excursions) do not fake a correlation."""
+    rng = random.Random(7)
+    x, windows = 0.0, []
+    for i in range(1440):
+        x = 0.97 * x + rng.gauss(0.0, 0.02 * math.sqrt(1 - 0.97**2))
+        windows.append(w(i, 0.4 + x + rng.gauss(0.0, 0.02), 100))
+    assert 0.3 < autocorrelation(windows, 0.4) < 0.65
+    ratio = long_run_ratio(windows, 0.4)
+    assert ratio > 10
+    b, _ = fit(windows, seasonality="off")
+    assert b.autocorrelation is not None
+    assert b.autocorrelation > 0.8
+
+    noise = synthetic(1440, rate=100, seed=4)
+    assert long_run_ratio(noise, 0.3) < 1.5
+    incidents = [
+        w(i, x.mean_drift + 0.2, x.request_count) if i % 240 < 10 else x
+        for i, x in enumerate(noise)
+    ]
+    assert long_run_ratio(incidents, 0.3) < 1.5
+    b_iid, _ = fit(incidents, seasonality="off")
+    assert (b_iid.autocorrelation or 0.0) < 0.2
 
 
 def test_a_type_that_runs_too_hot_to_rise_says_so() -> None:

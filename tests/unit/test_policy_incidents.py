@@ -363,22 +363,26 @@ def test_hourly_baselines_move_the_threshold_with_the_hour() -> None:
 def test_pooling_judges_small_windows_and_busy_independent_ones() -> None:
     """Windows big enough to be judged alone are pooled only when the type's windows are
     independent draws; where neighbours are correlated (the fit's autocorrelation), a
-    busy window is judged by its own mean. Small windows are pooled either way."""
+    busy window is judged by its own mean. Small windows are pooled either way, correlated
+    ones needing a larger rise (their evidence is discounted, the reference is not)."""
     just_under = 0.345
 
-    def opened(autocorrelation: float | None, n: int) -> list[IncidentChange]:
+    def opened(autocorrelation: float | None, n: int, mean: float) -> list[IncidentChange]:
         t = IncidentTracker(
             PolicyConfig(rules=(RuleConfig(name="drift"),)),
             {"nda": baseline(autocorrelation=autocorrelation)},
         )
         changes: list[IncidentChange] = []
-        for i in range(30):
-            changes += t.observe(win(i, just_under, n=n))
+        for i in range(100):
+            changes += t.observe(win(i, mean, n=n))
         return [c for c in changes if c.kind == "opened"]
 
-    assert opened(0.9, n=40) == []  # busy, correlated: no pooling
-    for autocorrelation, n in ((None, 40), (0.9, 8)):  # busy independent; small (< 10)
-        [first] = opened(autocorrelation, n)
+    assert opened(0.9, 40, just_under) == []  # busy, correlated: no pooling
+    assert opened(0.9, 8, just_under) == []  # small, correlated: a wander, not evidence
+    # busy independent; small (< 10) correlated, above the threshold but short of the
+    # 3 standard errors that would let one window count alone
+    for autocorrelation, n, mean in ((None, 40, just_under), (0.9, 8, 0.365)):
+        [first] = opened(autocorrelation, n, mean)
         assert first.incident.evidence == "pooled"
 
 
