@@ -164,6 +164,9 @@ class IncidentTracker:
         self._states: dict[tuple[str, str], _RunState] = {}
         # Types judged against a baseline this tracker moved to an accepted new level.
         self._adapted: set[str] = set()
+        # The latest baseline given for each type (fitted, published): the one an adapted
+        # type returns to when its shift is over.
+        self._fitted: dict[str, Baseline] = dict(self._baselines)
         if state is not None:
             self._restore(state)
 
@@ -173,6 +176,7 @@ class IncidentTracker:
         """A new baseline (e.g. read from the compacted topic) applies from the next window.
         It replaces one this tracker adapted only when fitted later than the adaptation."""
         held = self._baselines.get(baseline.doc_type)
+        self._fitted[baseline.doc_type] = baseline
         if (
             baseline.doc_type in self._adapted
             and held is not None
@@ -402,6 +406,8 @@ class IncidentTracker:
             st.run = st.critical_run = st.gap = 0
 
         if st.open is None:
+            if slot.window is not None and doc_type in self._adapted:
+                self._settle(doc_type, rule, st, slot)
             opens = breach and (
                 st.run >= rule.open_after
                 or st.critical_run >= rule.open_after_critical
@@ -545,6 +551,39 @@ class IncidentTracker:
         assert st.open is not None
         st.open = replace(st.open, adapted_from=now.center, adapted_to=level)
         return self._resolve(st, slot, "adapted")
+
+    def _settle(self, doc_type: str, rule: RuleConfig, st: _RunState, slot: _Slot) -> None:
+        """An accepted shift that is over moves the baseline back, on the same evidence that
+        moved it: the last ``adapt_after`` windows outside incidents sit level (as in
+        ``_adapt``) and more than the margin below the moved center. Back within the fitted
+        baseline's threshold, the fitted baseline applies again; otherwise the baseline
+        moves down to their level. Without this a creep that was accepted and then went
+        away would leave the type judged against a level it no longer has, blind to the
+        next rise and diagnosed as a drop on every window."""
+        assert slot.window is not None
+        if rule.compare != "baseline" or rule.adapt_after <= 0:
+            return
+        st.recent = [*st.recent[-(rule.adapt_after - 1) :], slot.window.mean_drift]
+        moved, fitted = self._baselines.get(doc_type), self._fitted.get(doc_type)
+        if moved is None or fitted is None or len(st.recent) < rule.adapt_after:
+            return
+        now = baseline_at(moved, slot.start_ms)
+        margin = now.threshold - now.center
+        level = _median(st.recent)
+        half = len(st.recent) // 2
+        steady = abs(_median(st.recent[:half]) - _median(st.recent[half:])) <= margin / 2
+        if margin <= 0 or not steady or level >= now.center - margin:
+            return
+        base = baseline_at(fitted, slot.start_ms)
+        if level <= base.threshold:
+            self._baselines[doc_type] = fitted
+            self._adapted.discard(doc_type)
+        else:
+            self._baselines[doc_type] = _shifted(fitted, level - base.center, slot.end_ms)
+        for (d, _), other in self._states.items():
+            if d == doc_type:
+                other.cusum = 0.0
+                other.recent = []
 
     def _resolve(self, st: _RunState, slot: _Slot, how: Resolution) -> IncidentChange:
         assert st.open is not None

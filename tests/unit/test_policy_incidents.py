@@ -458,6 +458,29 @@ def test_a_persistent_level_shift_is_announced_once_then_becomes_the_new_normal(
     assert [c.kind for c in later] == ["opened"]
 
 
+def test_an_accepted_shift_that_goes_away_gives_the_fitted_baseline_back() -> None:
+    """0.30 -> 0.40, accepted; then back to 0.30 for adapt_after windows: the fitted
+    baseline applies again (silently: nothing pages), so the next rise to 0.38, under the
+    moved threshold (0.45) but over the fitted one (0.35), opens an incident. A partial
+    return (to 0.38, still over the fitted threshold) moves the baseline to that level."""
+    t = tracker(adapt_after=20)
+    feed(t, [0.40] * 60)
+    assert t.baseline("nda").center == pytest.approx(0.40)  # type: ignore[union-attr]
+    assert feed(t, [0.30] * 5, start=60) == []  # a dip: most of the last 20 still at 0.40
+    assert t.baseline("nda").center == pytest.approx(0.40)  # type: ignore[union-attr]
+    assert feed(t, [0.30] * 15, start=65) == []
+    assert t.baseline("nda") == baseline()
+    assert [c.kind for c in feed(t, [0.38] * 2, start=80)] == ["opened"]
+
+    partial = tracker(adapt_after=20)
+    feed(partial, [0.50] * 60)
+    assert feed(partial, [0.38] * 20, start=60) == []
+    moved = partial.baseline("nda")
+    assert moved is not None
+    assert moved.center == pytest.approx(0.38)
+    assert moved.threshold - moved.center == pytest.approx(0.05)
+
+
 def test_a_ramp_is_not_adapted_and_adapting_can_be_turned_off() -> None:
     ramp = [0.36 + 0.004 * i for i in range(60)]
     t = tracker(adapt_after=20)
