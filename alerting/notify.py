@@ -3,11 +3,16 @@ one retry policy.
 
 Integrations (Slack, Jira) turn their client library's results into an ``Outcome`` with
 ``classify`` and raise ``NotifyError`` for anything but ``Ok``; they never loop or sleep
-themselves. The retry policy runs one call at a time: exponential backoff with jitter, a
-server's ``Retry-After`` honoured (never retried sooner), bounded by attempts and by elapsed
-time, with the clock and the sleep injected so tests run minutes of outage in milliseconds.
-When it gives up on a retryable failure it raises ``RetryableError`` carrying the last
-``retry_after_s``, so a durable outbox can schedule the next try instead of dropping it.
+themselves: every call goes through a ``Caller``.
+
+Who retries: in the service, the outbox's drainer, alone (see ``outbox.Drainer``): its
+notifiers get a ``OneAttempt`` caller, which makes each call once and counts it. The
+``RetryPolicy`` gives the drainer its delays (exponential backoff with jitter, a server's
+``Retry-After`` honoured, never retried sooner). ``RetryPolicy.call`` runs that schedule in
+a loop, bounded by attempts and elapsed time, for callers that have no outbox (``alerting
+send-test``); when it gives up on a retryable failure it raises ``RetryableError`` carrying
+the last ``retry_after_s``. The clock and the sleep are injected so tests run minutes of
+outage in milliseconds.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -201,12 +206,45 @@ class ManualClock:
         return int(self.now * 1000)
 
 
+class Caller(Protocol):
+    """How a notifier makes one remote call: ``op`` raises NotifyError when it fails."""
+
+    def call(self, op: Callable[[], T], *, service: str, operation: str) -> T: ...
+
+
+@dataclass(frozen=True)
+class OneAttempt:
+    """Each call made once, counted: the service's caller (its drainer retries)."""
+
+    metrics: NotifyMetrics | None = field(default=None, repr=False)
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+
+    def call(self, op: Callable[[], T], *, service: str, operation: str) -> T:
+        started = self.clock()
+        try:
+            result = op()
+        except NotifyError as error:
+            _count(self.metrics, service, "retryable" if error.retryable else "permanent")
+            raise
+        finally:
+            if self.metrics:
+                self.metrics.duration.labels(service).observe(max(self.clock() - started, 0.0))
+        _count(self.metrics, service, "ok")
+        return result
+
+
+def _count(metrics: NotifyMetrics | None, service: str, outcome: str) -> None:
+    if metrics:
+        metrics.attempts.labels(service, outcome).inc()
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
-    """The one retry policy. ``call`` runs ``op`` until it succeeds, fails permanently or the
-    budget runs out. Delays: ``Retry-After`` when the server gave one (plus up to
-    ``jitter`` of it, never less), else ``base * 2**(n-1)`` capped at ``max_delay_s`` with
-    the upper ``jitter`` fraction randomised."""
+    """The one retry policy: ``delay`` is the schedule the drainer waits by; ``call`` runs
+    ``op`` until it succeeds, fails permanently or the budget runs out (no outbox). Delays:
+    ``Retry-After`` when the server gave one (plus up to ``jitter`` of it, never less), else
+    ``base * 2**(n-1)`` capped at ``max_delay_s`` with the upper ``jitter`` fraction
+    randomised."""
 
     max_attempts: int = 6
     max_elapsed_s: float = 300.0
@@ -286,5 +324,4 @@ class RetryPolicy:
                 self.metrics.duration.labels(service).observe(max(self.clock() - started, 0.0))
 
     def _count(self, service: str, outcome: str) -> None:
-        if self.metrics:
-            self.metrics.attempts.labels(service, outcome).inc()
+        _count(self.metrics, service, outcome)

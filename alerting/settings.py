@@ -18,8 +18,12 @@ from urllib.parse import quote, urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from anchorwatch.alerting.integrations.jira.render import (
+    DEFAULT_SUMMARY_TEMPLATE,
+    check_summary_template,
+)
 from anchorwatch.alerting.notify import NotifyMetrics, RetryPolicy
-from anchorwatch.alerting.render import DEFAULT_SUMMARY_TEMPLATE, Severity, check_summary_template
+from anchorwatch.alerting.render import Severity
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.settings import Section, ServiceSettings
 
@@ -273,11 +277,23 @@ def _check_channel(value: str) -> str:
 
 
 class RetrySection(Section):
+    """How failed Slack and Jira calls are retried. The service's outbox retries an entry
+    until it is delivered or fails for good, waiting these delays between tries; the
+    attempt and time budgets bound one call made outside it (``alerting send-test``)."""
+
     max_attempts: int = Field(
-        6, ge=1, le=100, description="Attempts per Slack/Jira call before giving up."
+        6,
+        ge=1,
+        le=100,
+        description="Attempts per Slack/Jira call before giving up (send-test; the service "
+        "retries until delivered).",
     )
     max_elapsed_s: float = Field(
-        300, gt=0, le=86_400, description="Time budget per call, waits included."
+        300,
+        gt=0,
+        le=86_400,
+        description="Time budget per call, waits included (send-test; the service retries "
+        "until delivered).",
     )
     base_delay_s: float = Field(1.0, ge=0, le=600, description="First backoff delay.")
     max_delay_s: float = Field(60.0, ge=0, le=3600, description="Longest backoff delay.")

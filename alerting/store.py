@@ -23,87 +23,21 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final, Literal
 
 import orjson
 
+from anchorwatch.alerting.store_schema import SCHEMA, SCHEMA_VERSION
 from anchorwatch.errors import AnchorwatchError
 
-SCHEMA_VERSION: Final = 1
 FILENAME: Final = "alerting.sqlite3"
 
-Integration = Literal["slack", "jira", "events"]
+#: An integration's name (``integrations/registry.py`` holds them; the store does not care).
+Integration = str
 Action = Literal["open", "update", "resolve"]
 Status = Literal["pending", "attempting", "done", "failed"]
-INTEGRATIONS: Final[tuple[Integration, ...]] = ("slack", "jira", "events")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS offsets (
-    topic TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    next_offset INTEGER NOT NULL,
-    PRIMARY KEY (topic, partition)
-);
-CREATE TABLE IF NOT EXISTS tracker_state (
-    doc_type TEXT PRIMARY KEY,
-    state TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS doc_types (
-    doc_type TEXT PRIMARY KEY,
-    last_window_start_ms INTEGER NOT NULL,
-    history TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    updated_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS recent_verdicts (
-    verdict_id TEXT PRIMARY KEY
-);
-CREATE TABLE IF NOT EXISTS incidents (
-    incident_id TEXT PRIMARY KEY,
-    doc_type TEXT NOT NULL,
-    rule TEXT NOT NULL,
-    state TEXT NOT NULL,
-    severity TEXT NOT NULL,
-    opened_at_ms INTEGER NOT NULL,
-    resolved_at_ms INTEGER,
-    record TEXT NOT NULL,
-    next_seq INTEGER NOT NULL,
-    last_update_window_ms INTEGER NOT NULL,
-    updated_ms INTEGER NOT NULL,
-    slack_channel TEXT,
-    slack_ts TEXT,
-    jira_key TEXT,
-    jira_last_comment_ms INTEGER
-);
-CREATE INDEX IF NOT EXISTS incidents_state ON incidents (state, updated_ms);
-CREATE TABLE IF NOT EXISTS outbox (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    incident_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    integration TEXT NOT NULL,
-    action TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    status TEXT NOT NULL DEFAULT 'pending',
-    attempts INTEGER NOT NULL DEFAULT 0,
-    next_attempt_ms INTEGER NOT NULL,
-    created_ms INTEGER NOT NULL,
-    consumed_ms INTEGER NOT NULL,
-    first_attempt_ms INTEGER,
-    finished_ms INTEGER,
-    outcome TEXT,
-    error TEXT,
-    UNIQUE (incident_id, integration, seq)
-);
-CREATE INDEX IF NOT EXISTS outbox_open ON outbox (integration, incident_id, seq)
-    WHERE status IN ('pending', 'attempting');
-"""
 
 
 class StoreError(AnchorwatchError):
@@ -191,6 +125,16 @@ class OutboxEntry:
     first_attempt_ms: int | None
     refs: Refs
 
+    def log_fields(self) -> dict[str, Any]:
+        """What a log line says about the entry."""
+        return {
+            "integration": self.integration,
+            "action": self.action,
+            "kind": self.kind,
+            "incident_id": self.incident_id,
+            "seq": self.seq,
+        }
+
 
 @dataclass(frozen=True)
 class Restored:
@@ -241,7 +185,7 @@ class Store:
             self._db.execute(f"PRAGMA synchronous={synchronous}")
             if create:
                 # executescript commits on its own; every statement is IF NOT EXISTS.
-                self._db.executescript(_SCHEMA)
+                self._db.executescript(SCHEMA)
                 with self._tx():
                     self._check_version(create)
             else:
@@ -485,8 +429,10 @@ class Store:
                 [(next_attempt_ms, error[:2000], i) for i in entry_ids],
             )
 
-    def pending_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = dict.fromkeys(INTEGRATIONS, 0)
+    def pending_counts(self, integrations: Iterable[Integration] = ()) -> dict[str, int]:
+        """Unfinished entries per integration: those named (0 when none), and any other
+        that has some."""
+        counts: dict[str, int] = dict.fromkeys(integrations, 0)
         for integration, n in self._db.execute(
             "SELECT integration, COUNT(*) FROM outbox WHERE status IN ('pending', 'attempting') "
             "GROUP BY integration"
@@ -579,34 +525,19 @@ _DUE = (
 
 
 def _incident(r: tuple[Any, ...]) -> IncidentRow:
-    return IncidentRow(
-        incident_id=r[0],
-        doc_type=r[1],
-        rule=r[2],
-        state=r[3],
-        severity=r[4],
-        opened_at_ms=r[5],
-        resolved_at_ms=r[6],
-        record=orjson.loads(r[7]),
-        next_seq=r[8],
-        last_update_window_ms=r[9],
-        updated_ms=r[10],
-    )
+    """A row of ``_SELECT_INCIDENTS`` (the columns in the record's order; its record JSON)."""
+    values = dict(zip(_INCIDENT_FIELDS, r, strict=False))
+    values["record"] = orjson.loads(values["record"])
+    return IncidentRow(**values)
 
 
 def _entry(r: tuple[Any, ...]) -> OutboxEntry:
-    return OutboxEntry(
-        id=r[0],
-        incident_id=r[1],
-        doc_type=r[2],
-        seq=r[3],
-        integration=r[4],
-        action=r[5],
-        kind=r[6],
-        payload=orjson.loads(r[7]),
-        status=r[8],
-        attempts=r[9],
-        consumed_ms=r[10],
-        first_attempt_ms=r[11],
-        refs=Refs(r[12], r[13], r[14], r[15]),
-    )
+    """A row of ``_DUE`` (the columns in the entry's order, its payload JSON, the
+    references last)."""
+    values = dict(zip(_ENTRY_FIELDS, r, strict=False))
+    values["payload"] = orjson.loads(values["payload"])
+    return OutboxEntry(**values, refs=Refs(*r[len(_ENTRY_FIELDS) :]))
+
+
+_INCIDENT_FIELDS = [f.name for f in fields(IncidentRow)]
+_ENTRY_FIELDS = [f.name for f in fields(OutboxEntry) if f.name != "refs"]

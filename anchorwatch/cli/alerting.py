@@ -36,7 +36,7 @@ def serve(ctx: click.Context, dry_run: bool) -> None:
     """Consume verdicts, keep incidents (state under alerting.state_dir) and deliver their
     notifications to Slack, Jira and the drift-events topic, exactly once, until SIGTERM or
     Ctrl-C. /metrics, /healthz and /readyz on alerting.metrics_host:metrics_port."""
-    from anchorwatch.alerting.service import serve as run
+    from anchorwatch.alerting.service import run
     from anchorwatch.alerting.settings import AlertingSettings
 
     run(load_settings(ctx, AlertingSettings, alerting={"dry_run": dry_run or None}))
@@ -247,9 +247,12 @@ def local_jira(
 def send_test(ctx: click.Context, doc_type: str, severity: str) -> None:
     """Send a sample incident through the configured integrations: open, one update (with
     the chart), resolve. Prints the Slack thread and the Jira key."""
-    from anchorwatch.alerting.jira import JiraNotifier
+    from anchorwatch.alerting.integrations.jira.notifier import JiraNotifier
+    from anchorwatch.alerting.integrations.slack.notifier import (
+        SlackNotifier,
+        SlackWebhookNotifier,
+    )
     from anchorwatch.alerting.settings import AlertingSettings
-    from anchorwatch.alerting.slack import SlackNotifier, SlackWebhookNotifier
 
     settings = load_settings(ctx, AlertingSettings)
     retry = settings.retry.policy()

@@ -14,9 +14,10 @@ import requests
 
 from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.fakes.jql import parse_jql
-from anchorwatch.alerting.jira import JiraNotifier, connect, find_jql
+from anchorwatch.alerting.integrations.jira.notifier import JiraNotifier, connect, find_jql
+from anchorwatch.alerting.integrations.jira.render import doc_type_label
 from anchorwatch.alerting.notify import ManualClock, PermanentError, RetryableError, RetryPolicy
-from anchorwatch.alerting.render import doc_type_label, incident_label
+from anchorwatch.alerting.render import incident_label
 from anchorwatch.alerting.settings import JiraSection
 from tests.unit.test_alerting_render import HOSTILE, view
 
@@ -184,7 +185,7 @@ def test_missing_reopen_transition_is_logged_and_a_new_ticket_opened(
     first = n.open_or_reopen(view())
     n.resolve(first.key, view(state="resolved", resolved_at_ms=1_767_623_460_000))
     fault(jira, {"hide_transition": "Reopen", "times": -1})
-    with caplog.at_level(logging.ERROR, logger="anchorwatch.alerting.jira"):
+    with caplog.at_level(logging.ERROR, logger="anchorwatch.alerting"):
         second = n.open_or_reopen(view())  # the same incident, re-opened by the policy
     assert (second.key, second.action) == ("OPS-2", "created")
     assert "reopen transition missing" in caplog.text
@@ -234,7 +235,7 @@ def test_a_missing_resolve_transition_is_a_logged_error_not_a_crash(
 ) -> None:
     n = notifier(jira, clock, resolve_transition="Close Issue")
     key = n.open_or_reopen(view()).key
-    with caplog.at_level(logging.ERROR, logger="anchorwatch.alerting.jira"):
+    with caplog.at_level(logging.ERROR, logger="anchorwatch.alerting"):
         result = n.resolve(key, view(state="resolved", resolved_at_ms=1_767_623_460_000))
     assert result.commented
     assert not result.transitioned

@@ -22,21 +22,18 @@ from slack_sdk.web import WebClient
 
 from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.fakes.slack import LocalSlack
-from anchorwatch.alerting.jira import JiraNotifier, connect
-from anchorwatch.alerting.notify import ManualClock, RetryPolicy
-from anchorwatch.alerting.render import (
-    IncidentView,
-    WindowPoint,
-    chart_alt_text,
-    chart_title,
-    jira_escape,
-    jira_summary,
+from anchorwatch.alerting.integrations.jira.notifier import JiraNotifier, connect
+from anchorwatch.alerting.integrations.jira.render import jira_escape, jira_summary
+from anchorwatch.alerting.integrations.slack.chart import chart_alt_text, chart_title
+from anchorwatch.alerting.integrations.slack.notifier import SlackNotifier
+from anchorwatch.alerting.integrations.slack.render import (
     slack_parent,
     slack_resolved,
     slack_update,
 )
+from anchorwatch.alerting.notify import ManualClock, RetryPolicy
+from anchorwatch.alerting.render import IncidentView, WindowPoint
 from anchorwatch.alerting.settings import JiraSection, RoutingSection
-from anchorwatch.alerting.slack import SlackNotifier
 from anchorwatch.contracts import Reason
 from tests.unit.test_alerting_render import view
 

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from anchorwatch.alerting.notify import (
     ManualClock,
     NotifyMetrics,
+    OneAttempt,
     Ok,
     Permanent,
     PermanentError,
@@ -173,3 +174,26 @@ def test_metrics_count_attempts_waits_and_give_ups() -> None:
 def test_policy_rejects_nonsense(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_one_attempt_calls_once_and_counts_it() -> None:
+    """The service's caller: no retry, no wait (its drainer retries), every call counted."""
+    registry = CollectorRegistry()
+    caller = OneAttempt(NotifyMetrics(registry))
+    error = RetryableError("slack", "chat.postMessage", Retryable("HTTP 503"))
+    calls, op = _flaky([error, "ok"])
+    with pytest.raises(RetryableError):
+        caller.call(op, service="slack", operation="chat.postMessage")
+    assert len(calls) == 1
+    assert caller.call(op, service="slack", operation="chat.postMessage") == "ok"
+
+    def value(name: str, **labels: str) -> float:
+        return registry.get_sample_value(name, labels) or 0.0
+
+    assert value("anchorwatch_alerting_notify_attempts_total", service="slack", outcome="ok") == 1
+    assert (
+        value("anchorwatch_alerting_notify_attempts_total", service="slack", outcome="retryable")
+        == 1
+    )
+    assert value("anchorwatch_alerting_notify_gave_up_total", service="slack") == 0
+    assert value("anchorwatch_alerting_notify_seconds_count", service="slack") == 2

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from anchorwatch.alerting.engine import Engine, RawMessage
 from anchorwatch.alerting.notify import ManualClock
-from anchorwatch.alerting.service import Engine, RawMessage, RefitMetrics, Refitter
+from anchorwatch.alerting.refit import RefitMetrics, Refitter
 from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.store import Store

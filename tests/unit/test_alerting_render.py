@@ -12,26 +12,30 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from anchorwatch.alerting.chart import render_chart
 from anchorwatch.alerting.fakes.jql import JqlError, parse_jql
-from anchorwatch.alerting.render import (
+from anchorwatch.alerting.integrations.jira.render import (
     DEFAULT_SUMMARY_TEMPLATE,
-    IncidentView,
-    WindowPoint,
     check_summary_template,
     doc_type_label,
-    incident_label,
     jira_description,
     jira_escape,
     jira_labels,
     jira_summary,
     jql_quote,
-    safe_url,
+)
+from anchorwatch.alerting.integrations.slack.chart import render_chart
+from anchorwatch.alerting.integrations.slack.render import (
     slack_escape,
     slack_literal,
     slack_parent,
     slack_resolved,
     slack_update,
+)
+from anchorwatch.alerting.render import (
+    IncidentView,
+    WindowPoint,
+    incident_label,
+    safe_url,
     truncate,
 )
 from anchorwatch.contracts import Reason, WindowAggregate

@@ -6,13 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from anchorwatch.alerting.outbox import view_from_json, view_to_json
-from anchorwatch.alerting.render import (
-    IncidentView,
-    jira_resolved_comment,
-    slack_parent,
-    slack_resolved,
-)
+from anchorwatch.alerting.integrations.jira.render import jira_resolved_comment
+from anchorwatch.alerting.integrations.slack.render import slack_parent, slack_resolved
+from anchorwatch.alerting.payload import view_from_json, view_to_json
+from anchorwatch.alerting.render import IncidentView
 from anchorwatch.contracts import WindowAggregate
 
 # Slack shows doc types as inline code (so "*" or "_" in one never format).

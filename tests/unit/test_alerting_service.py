@@ -20,27 +20,22 @@ from prometheus_client import CollectorRegistry
 from pydantic import TypeAdapter, ValidationError
 from slack_sdk.web import WebClient
 
+from anchorwatch.alerting.crash import CrashPoints
+from anchorwatch.alerting.engine import Engine, RawMessage
 from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.fakes.slack import LocalSlack
-from anchorwatch.alerting.notify import ManualClock, NotifyError
-from anchorwatch.alerting.outbox import (
-    BatchDelivery,
-    Delivered,
-    Delivery,
-    Drainer,
-    DryRunDelivery,
-    JiraDelivery,
-    SlackDelivery,
-    SlackWebhookDelivery,
-    TokenBucket,
-    outbox_policy,
-)
+from anchorwatch.alerting.integrations import registry
+from anchorwatch.alerting.integrations.base import BatchSender, Delivered, Sender
+from anchorwatch.alerting.integrations.dry_run import DryRunSender
+from anchorwatch.alerting.integrations.jira.sender import JiraSender
+from anchorwatch.alerting.integrations.slack.notifier import SlackNotifier, SlackWebhookNotifier
+from anchorwatch.alerting.integrations.slack.sender import SlackSender, SlackWebhookSender
+from anchorwatch.alerting.notify import ManualClock, NotifyError, OneAttempt
+from anchorwatch.alerting.outbox import Drainer, TokenBucket
 from anchorwatch.alerting.render import incident_label
-from anchorwatch.alerting.service import CrashPoints, Engine, RawMessage
 from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.settings import AlertingSettings
-from anchorwatch.alerting.slack import SlackNotifier, SlackWebhookNotifier
-from anchorwatch.alerting.store import Integration, OutboxEntry, Store
+from anchorwatch.alerting.store import OutboxEntry, Store
 from anchorwatch.contracts import encode
 from anchorwatch.contracts.models import DocType
 from tests.unit.test_alerting_render import HOSTILE, assert_slack_safe
@@ -65,10 +60,13 @@ class Crash(BaseException):
 class RecordingEvents:
     """The events integration without Kafka (the integration tests use the real topic)."""
 
-    integration: Integration = "events"
+    integration: str = "events"
     sent: list[dict[str, Any]] = field(default_factory=list)
 
     def bind(self, store: Store) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
     def send_batch(self, entries: Sequence[OutboxEntry]) -> dict[int, Delivered | NotifyError]:
@@ -128,7 +126,7 @@ class Harness:
         self.registry = CollectorRegistry()
         self.metrics = ServiceMetrics(self.registry)
         hook = CrashPoints(crash, action=self._raise)
-        integrations: list[Integration] = []
+        integrations: list[str] = []
         if s.slack.mode != "off":
             integrations.append("slack")
         if s.jira.enabled:
@@ -154,20 +152,21 @@ class Harness:
     def _retry(self) -> Any:
         return self.settings.retry.policy(sleep=self.clock.sleep, clock=self.clock)
 
-    def _delivery(self, integration: Integration) -> Delivery | BatchDelivery:
+    def _delivery(self, integration: str) -> Sender | BatchSender:
         s = self.settings
         if self.dry_run:
-            return DryRunDelivery(integration, s.routing, s.jira)
+            return DryRunSender(registry.BY_NAME[integration], s)
         if integration == "events":
             return self.events
-        retry = outbox_policy(self._retry())
+        # As the service does: one attempt per call, the drainer retries.
+        caller = OneAttempt(clock=self.clock)
         if integration == "jira":
-            return JiraDelivery.from_settings(s.jira, retry, clock_ms=self.clock.ms)
+            return JiraSender.from_settings(s.jira, caller, clock_ms=self.clock.ms)
         if s.slack.mode == "webhook":
-            return SlackWebhookDelivery(SlackWebhookNotifier.from_settings(s.slack, retry))
+            return SlackWebhookSender(SlackWebhookNotifier.from_settings(s.slack, caller))
         client = WebClient(token=TOKEN, base_url=s.slack.api_url, retry_handlers=[])
-        notifier = SlackNotifier(client, s.routing, retry, chart_renderer=lambda p, t: PNG)
-        return SlackDelivery(notifier, client, s.routing, retry)
+        notifier = SlackNotifier(client, s.routing, caller, chart_renderer=lambda p, t: PNG)
+        return SlackSender(notifier, s.routing)
 
     def restart(self) -> None:
         self.store.close()
@@ -484,6 +483,58 @@ def test_an_ambiguous_failure_is_reconciled_before_it_is_retried(
     assert sum(r["outcome"] == "reconciled" for r in h.store.outbox_rows()) == 5
 
 
+def test_the_drainer_alone_retries_a_failed_call(
+    tmp_path: Path, slack: LocalSlackWithHistory, clock: ManualClock
+) -> None:
+    """One attempt per call (no retry inside it, no sleep on the sender thread); the entry
+    is rescheduled and the drainer tries again after its backoff."""
+    requests.post(
+        f"{slack.url}/_local/faults",
+        json={"method": "chat.postMessage", "status": 503, "times": 1},
+        timeout=5,
+    ).raise_for_status()
+    h = Harness(settings_for(tmp_path, slack, None), clock)
+    h.publish(lifecycle("invoice")[:3])
+    h.consume()
+    started = clock.now
+    h.drain()
+    assert clock.now == started  # nothing slept
+    assert [r["status"] for r in slack.requests if r["method"] == "chat.postMessage"] == [503]
+    (row,) = [r for r in h.store.outbox_rows() if r["integration"] == "slack"]
+    assert (row["status"], row["next_attempt_ms"] > clock.ms()) == ("attempting", True)
+    h.run()
+    assert [r["status"] for r in slack.requests if r["method"] == "chat.postMessage"] == [
+        503,
+        200,
+    ]
+    assert sum(parents_by_label(slack.messages).values()) == 1
+    assert (
+        h.value("anchorwatch_alerting_notifications_total", integration="slack", outcome="retry")
+        == 1
+    )
+
+
+def test_a_failed_parent_edit_is_retried_without_a_second_reply(
+    tmp_path: Path, slack: LocalSlackWithHistory, jira: LocalJira, clock: ManualClock
+) -> None:
+    """The resolution's reply lands, its parent edit fails: the outbox retries the entry,
+    whose reconciliation finds the reply and edits the parent, so the parent ends resolved."""
+    h = Harness(settings_for(tmp_path, slack, jira), clock)
+    h.publish(lifecycle("medical_report")[:6])
+    h.run()
+    requests.post(
+        f"{slack.url}/_local/faults",
+        json={"method": "chat.update", "status": 503, "times": 1},
+        timeout=5,
+    ).raise_for_status()
+    h.publish(lifecycle("medical_report")[6:])
+    h.run()
+    assert_one_clean_lifecycle(h, slack, jira, "medical_report")
+    assert [r["status"] for r in slack.requests if r["method"] == "chat.update"][-2:] == [503, 200]
+    slack_rows = [r for r in h.store.outbox_rows() if r["integration"] == "slack"]
+    assert [r["outcome"] for r in slack_rows][-1] == "reconciled"
+
+
 # --------------------------------------------------------------------------- outages
 
 
@@ -510,7 +561,7 @@ def test_outages_of_minutes_then_recovery(
     assert posted(slack) == []
     assert jira.issues == {}
     assert {e["doc_type"] for e in h.events.sent} == {"invoice", "medical_report"}
-    pending = h.store.pending_counts()
+    pending = h.store.pending_counts(["slack", "jira", "events"])
     assert pending["slack"] > 0
     assert pending["jira"] > 0
     assert pending["events"] == 0
@@ -595,7 +646,7 @@ def test_dry_run_logs_what_it_would_send_and_sends_nothing(
 ) -> None:
     h = Harness(settings_for(tmp_path, slack, jira), clock, dry_run=True)
     h.publish(lifecycle("<!channel> report"))
-    with caplog.at_level(logging.INFO, logger="anchorwatch.alerting.outbox"):
+    with caplog.at_level(logging.INFO, logger="anchorwatch.alerting"):
         h.run()
     assert slack.messages == []
     assert jira.issues == {}

@@ -15,12 +15,12 @@ import requests
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, Counter
 
-from anchorwatch.alerting.cli import alerting
+from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.http import Endpoint
-from anchorwatch.alerting.local_jira import LocalJira
 from anchorwatch.alerting.notify import ManualClock
 from anchorwatch.alerting.service import AlertingService, AlertingServiceError, StateLock
 from anchorwatch.alerting.settings import AlertingSettings
+from anchorwatch.cli.alerting import alerting
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.stack.processes import free_port
 from tests.unit.test_alerting_service import TOKEN, Harness, settings_for

@@ -1,11 +1,10 @@
 """Shared by the alerting service's tests (unit and integration) and bench/alerting.py:
-verdicts for chosen windows, the incident lifecycle they drive, and the local Slack with the
-two read methods the service reconciles with.
+verdicts for chosen windows, the incident lifecycle they drive, and checks of what the local
+Slack received.
 
-``LocalSlackWithHistory`` adds ``conversations.history`` and ``conversations.replies`` to
-the local Slack, answering as Slack does (newest first / parent then replies, ``oldest``,
-``limit`` with cursor pagination, ``metadata`` with ``include_all_metadata``). It belongs in
-``alerting/local_slack.py``; it lives here until that file (not ours) gains them.
+``LocalSlackWithHistory`` is the local Slack (``alerting/fakes/slack.py``), which answers
+``conversations.history`` and ``conversations.replies`` as Slack does; the name stays for
+the tests that read better with it.
 """
 
 from __future__ import annotations
@@ -47,7 +46,6 @@ def lifecycle(doc_type: str, first_minute: int = 0) -> list[Verdict]:
     return [verdict(doc_type, first_minute + i, m) for i, m in enumerate(LIFECYCLE)]
 
 
-# The local Slack serves conversations.history/replies itself now; the name stays for the tests.
 LocalSlackWithHistory = LocalSlack
 
 

@@ -15,10 +15,14 @@ from slack_sdk.web import WebClient
 from slack_sdk.webhook import WebhookClient
 
 from anchorwatch.alerting.fakes.slack import LocalSlack
+from anchorwatch.alerting.integrations.slack.notifier import (
+    SlackNotifier,
+    SlackRef,
+    SlackWebhookNotifier,
+)
 from anchorwatch.alerting.notify import ManualClock, PermanentError, RetryableError, RetryPolicy
 from anchorwatch.alerting.render import WindowPoint, incident_label
 from anchorwatch.alerting.settings import RoutingSection, SlackSection
-from anchorwatch.alerting.slack import SlackNotifier, SlackRef, SlackWebhookNotifier
 from tests.unit.test_alerting_render import HOSTILE, assert_slack_safe, view
 
 TOKEN = "xoxb-test-token"

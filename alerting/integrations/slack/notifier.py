@@ -6,12 +6,13 @@ routed channel; ``update`` replies in the thread, edits the parent to show the c
 ``files.getUploadURLExternal``, upload, ``files.completeUploadExternal`` with ``thread_ts``);
 ``resolve`` replies (also shown in the channel) and edits the parent once more.
 
-Every HTTP call goes through the shared ``RetryPolicy`` one at a time; slack_sdk's own retry
-handlers are switched off so there is one policy. A ``200 {"ok": false}`` is an error:
-permanent, except Slack's transient error codes. Within ``update``/``resolve`` only the
-thread reply is essential: once it is posted, a failing parent edit or chart upload is
-logged and reported in the result instead of raised, so a caller that retries a failed
-``update`` never posts the same reply twice.
+Every HTTP call goes through the ``Caller`` it is given (in the service one attempt each: the
+outbox retries); slack_sdk's own retry handlers are switched off so nothing else retries.
+A ``200 {"ok": false}`` is an error: permanent, except Slack's transient error codes.
+Within ``update``/``resolve`` only the thread reply is essential: once it is posted, a
+failing parent edit or chart upload is logged and reported in the result instead of raised,
+so a caller that retries a failed ``update`` never posts the same reply twice. ``history``
+and ``replies`` read the channel and a thread back, for the outbox to reconcile with.
 """
 
 from __future__ import annotations
@@ -22,34 +23,32 @@ import re
 import urllib.error
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from slack_sdk.errors import SlackApiError, SlackRequestError
 from slack_sdk.web import SlackResponse, WebClient
 from slack_sdk.webhook import WebhookClient
 
+from anchorwatch.alerting.integrations.slack.chart import chart_alt_text, chart_title, render_chart
+from anchorwatch.alerting.integrations.slack.render import (
+    SlackMessage,
+    slack_parent,
+    slack_resolved,
+    slack_update,
+)
 from anchorwatch.alerting.notify import (
+    Caller,
     NotifyError,
     Ok,
     Permanent,
     Retryable,
-    RetryPolicy,
     attempt,
     classify,
     error_for,
     failure,
 )
-from anchorwatch.alerting.render import (
-    IncidentView,
-    SlackMessage,
-    WindowPoint,
-    chart_alt_text,
-    chart_title,
-    incident_label,
-    slack_parent,
-    slack_resolved,
-    slack_update,
-)
+from anchorwatch.alerting.render import IncidentView, WindowPoint, incident_label
 from anchorwatch.alerting.settings import RoutingSection, SlackSection
 
 log = logging.getLogger(__name__)
@@ -78,6 +77,7 @@ class SlackResult:
     parent_updated: bool
     chart_uploaded: bool = False
     problems: tuple[str, ...] = ()
+    parent_error: NotifyError | None = None  # why the parent was not edited
 
 
 def _header(headers: Any, name: str) -> str | None:
@@ -87,7 +87,7 @@ def _header(headers: Any, name: str) -> str | None:
     return None
 
 
-def outcome_of(exc: Exception) -> Retryable | Permanent | None:
+def slack_outcome(exc: Exception) -> Retryable | Permanent | None:
     """The outcome of a failed slack_sdk call; None for exceptions that are our bugs."""
     if isinstance(exc, SlackApiError):
         response = exc.response
@@ -122,7 +122,7 @@ class SlackNotifier:
         self,
         client: WebClient,
         routing: RoutingSection,
-        retry: RetryPolicy,
+        retry: Caller,
         *,
         charts: bool = True,
         chart_windows: int = 30,
@@ -139,7 +139,7 @@ class SlackNotifier:
 
     @classmethod
     def from_settings(
-        cls, slack: SlackSection, routing: RoutingSection, retry: RetryPolicy
+        cls, slack: SlackSection, routing: RoutingSection, retry: Caller
     ) -> SlackNotifier:
         client = web_client(slack)
         return cls(
@@ -153,7 +153,7 @@ class SlackNotifier:
 
     def _call(self, operation: str, fn: Callable[[], SlackResponse]) -> SlackResponse:
         result: SlackResponse = self._retry.call(
-            lambda: attempt(SERVICE, operation, fn, outcome_of),
+            lambda: attempt(SERVICE, operation, fn, slack_outcome),
             service=SERVICE,
             operation=operation,
         )
@@ -197,23 +197,27 @@ class SlackNotifier:
         and upload the chart (best effort: failures are logged and returned)."""
         reply = self._post(ref.channel, slack_update(incident), thread_ts=ref.ts)
         problems: list[str] = []
-        parent = self._edit_parent(ref, incident, problems)
+        error = self.edit_parent(ref, incident)
+        if error is not None:
+            problems.append(str(error))
         chart = False
         points = list(window_history)[-self._chart_windows :]
         if self._charts and points:
             chart = self._upload_chart(ref, incident, points, problems)
-        return SlackResult(str(reply["ts"]), parent, chart, tuple(problems))
+        return SlackResult(str(reply["ts"]), error is None, chart, tuple(problems), error)
 
     def resolve(self, ref: SlackRef, incident: IncidentView) -> SlackResult:
         """The resolution reply (also shown in the channel), then the parent edited."""
         reply = self._post(
             ref.channel, slack_resolved(incident), thread_ts=ref.ts, reply_broadcast=self._broadcast
         )
-        problems: list[str] = []
-        parent = self._edit_parent(ref, incident, problems)
-        return SlackResult(str(reply["ts"]), parent, False, tuple(problems))
+        error = self.edit_parent(ref, incident)
+        problems = (str(error),) if error is not None else ()
+        return SlackResult(str(reply["ts"]), error is None, False, problems, error)
 
-    def _edit_parent(self, ref: SlackRef, incident: IncidentView, problems: list[str]) -> bool:
+    def edit_parent(self, ref: SlackRef, incident: IncidentView) -> NotifyError | None:
+        """Show the incident's current state in its parent message (an edit is idempotent).
+        A failure is logged and returned, not raised: the reply before it is what counts."""
         message = slack_parent(incident)
         try:
             self._call(
@@ -223,10 +227,39 @@ class SlackNotifier:
                 ),
             )
         except NotifyError as error:
-            problems.append(str(error))
             log.error("slack parent not updated", extra={"error": str(error)})
-            return False
-        return True
+            return error
+        return None
+
+    # ----------------------------------------------------------------- reading back
+
+    def history(self, channel: str, oldest_s: float, cursor: str | None) -> SlackResponse:
+        """One page of the channel's messages since ``oldest_s``, with their metadata
+        (needs the ``channels:history`` scope, ``groups:history`` for private ones)."""
+        return self._call(
+            "conversations.history",
+            partial(
+                self._client.conversations_history,
+                channel=channel,
+                oldest=f"{oldest_s:.6f}",
+                include_all_metadata=True,
+                limit=200,
+                cursor=cursor,
+            ),
+        )
+
+    def replies(self, ref: SlackRef, cursor: str | None) -> SlackResponse:
+        """One page of a thread: the parent, then its replies."""
+        return self._call(
+            "conversations.replies",
+            partial(
+                self._client.conversations_replies,
+                channel=ref.channel,
+                ts=ref.ts,
+                limit=200,
+                cursor=cursor,
+            ),
+        )
 
     def _upload_chart(
         self,
@@ -262,8 +295,6 @@ class SlackNotifier:
 
 
 def _default_chart(points: Sequence[WindowPoint], title: str) -> bytes:
-    from anchorwatch.alerting.chart import render_chart
-
     return render_chart(points, title=title)
 
 
@@ -271,12 +302,12 @@ class SlackWebhookNotifier:
     """Incoming-webhook mode: each change is one full-state message; no threads, no charts,
     no edits (a webhook cannot do them)."""
 
-    def __init__(self, client: WebhookClient, retry: RetryPolicy) -> None:
+    def __init__(self, client: WebhookClient, retry: Caller) -> None:
         self._client = client
         self._retry = retry
 
     @classmethod
-    def from_settings(cls, slack: SlackSection, retry: RetryPolicy) -> SlackWebhookNotifier:
+    def from_settings(cls, slack: SlackSection, retry: Caller) -> SlackWebhookNotifier:
         url = slack.webhook()
         if url is None:
             raise ValueError("slack.webhook_url: not set")
@@ -293,7 +324,7 @@ class SlackWebhookNotifier:
                 lambda: self._client.send(
                     text=message.text, blocks=message.blocks, unfurl_links=False
                 ),
-                outcome_of,
+                slack_outcome,
             )
             retry_after = _header(response.headers, "Retry-After")
             result = classify(response.status_code, response.body, retry_after)

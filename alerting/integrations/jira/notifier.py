@@ -11,8 +11,10 @@ and transitions by name, and a missing transition is a logged error in the resul
 exception.
 
 The client is the real ``jira.JIRA`` with its own retries off (``max_retries=0``): every
-call goes through the shared ``RetryPolicy``. It is built on first use, inside the policy,
-because its constructor already calls ``serverInfo``.
+call goes through the ``Caller`` it is given (in the service one attempt each: the outbox
+retries). It is built on first use, inside the call, because its constructor already calls
+``serverInfo``. ``comment_bodies``, ``is_resolved`` and ``resolve_transition`` are what the outbox
+reconciles with.
 """
 
 from __future__ import annotations
@@ -27,18 +29,7 @@ import requests
 from jira import JIRA, JIRAError
 from jira.resources import Issue
 
-from anchorwatch.alerting.notify import (
-    Permanent,
-    Retryable,
-    RetryPolicy,
-    attempt,
-    classify,
-    failure,
-)
-from anchorwatch.alerting.render import (
-    IncidentView,
-    WindowPoint,
-    incident_label,
+from anchorwatch.alerting.integrations.jira.render import (
     jira_description,
     jira_labels,
     jira_resolved_comment,
@@ -46,6 +37,15 @@ from anchorwatch.alerting.render import (
     jira_update_comment,
     jql_quote,
 )
+from anchorwatch.alerting.notify import (
+    Caller,
+    Permanent,
+    Retryable,
+    attempt,
+    classify,
+    failure,
+)
+from anchorwatch.alerting.render import IncidentView, WindowPoint, incident_label
 from anchorwatch.alerting.settings import JiraSection
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class JiraResolveResult:
     error: str | None = None  # e.g. the transition does not exist, with the ones that do
 
 
-def outcome_of(exc: Exception) -> Retryable | Permanent | None:
+def jira_outcome(exc: Exception) -> Retryable | Permanent | None:
     """The outcome of a failed jira/requests call; None for exceptions that are our bugs."""
     if isinstance(exc, JIRAError):
         message = (exc.text or "").strip() or "no error message"
@@ -128,7 +128,7 @@ class JiraNotifier:
         self,
         client_factory: Callable[[], JIRA],
         settings: JiraSection,
-        retry: RetryPolicy,
+        retry: Caller,
         *,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
@@ -140,7 +140,7 @@ class JiraNotifier:
         self._last_comment: dict[str, tuple[int, str]] = {}  # key -> (ms, severity)
 
     @classmethod
-    def from_settings(cls, settings: JiraSection, retry: RetryPolicy) -> JiraNotifier:
+    def from_settings(cls, settings: JiraSection, retry: Caller) -> JiraNotifier:
         return cls(lambda: connect(settings), settings, retry)
 
     # ----------------------------------------------------------------- plumbing
@@ -152,7 +152,7 @@ class JiraNotifier:
             return fn(self._client)
 
         return self._retry.call(
-            lambda: attempt(SERVICE, operation, once, outcome_of),
+            lambda: attempt(SERVICE, operation, once, jira_outcome),
             service=SERVICE,
             operation=operation,
         )
@@ -267,20 +267,32 @@ class JiraNotifier:
     def resolve(self, key: str, incident: IncidentView) -> JiraResolveResult:
         """A resolution comment, then the configured transition by name. Already resolved:
         nothing is written (a repeated resolve after a lost state stays silent)."""
-        issue = self._call("get", lambda c: c.issue(key, fields="status"))
-        if _is_done(issue):
+        if self.is_resolved(key):
             return JiraResolveResult(key, False, False, already_resolved=True)
         body = jira_resolved_comment(incident)
         self._call("comment", lambda c: c.add_comment(key, body))
+        if (error := self.resolve_transition(key)) is not None:
+            return JiraResolveResult(key, True, False, error=error)
+        self._last_comment.pop(key, None)
+        return JiraResolveResult(key, True, True)
+
+    def resolve_transition(self, key: str) -> str | None:
+        """Move the ticket by the configured resolve transition; what is wrong if it has none."""
         name = self._settings.resolve_transition
         tid, available = self._call("transitions", lambda c: self._transition_id(c, key, name))
         if tid is None:
-            error = f"transition {name!r} not available on {key}; available: {available}"
             log.error(
                 "jira resolve transition missing",
                 extra={"key": key, "transition": name, "available": available},
             )
-            return JiraResolveResult(key, True, False, error=error)
+            return f"transition {name!r} not available on {key}; available: {available}"
         self._call("transition", lambda c: c.transition_issue(key, tid))
-        self._last_comment.pop(key, None)
-        return JiraResolveResult(key, True, True)
+        return None
+
+    # ----------------------------------------------------------------- reading back
+
+    def comment_bodies(self, key: str) -> list[str]:
+        return [str(c.body) for c in self._call("get.comments", lambda c: c.comments(key))]
+
+    def is_resolved(self, key: str) -> bool:
+        return _is_done(self._call("get", lambda c: c.issue(key, fields="status")))

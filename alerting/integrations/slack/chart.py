@@ -1,4 +1,5 @@
-"""A small PNG chart of one doc type's mean drift per window against its threshold.
+"""A small PNG chart of one doc type's mean drift per window against its threshold, with
+its title and alt text.
 
 Rendered with matplotlib's Agg backend on a private ``Figure`` (no pyplot global state, so
 it is safe from any thread). matplotlib is imported on first use: a service without charts
@@ -13,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from anchorwatch.alerting.render import WindowPoint, clean_text, truncate
+from anchorwatch.alerting.render import IncidentView, WindowPoint, clean_text, truncate
 
 
 def render_chart(
@@ -82,3 +83,16 @@ def render_chart(
         finally:
             logging.getLogger("matplotlib").setLevel(level)
     return buf.getvalue()
+
+
+def chart_title(view: IncidentView) -> str:
+    return f"Drift of {truncate(clean_text(view.doc_type), 60)} vs threshold"
+
+
+def chart_alt_text(view: IncidentView, points: Sequence[WindowPoint]) -> str:
+    above = sum(1 for p in points if p.mean_drift > p.threshold)
+    return truncate(
+        f"Mean drift per window of {clean_text(view.doc_type)} over the last {len(points)} "
+        f"windows against its threshold; {above} above the threshold.",
+        1000,
+    )

@@ -1,0 +1,514 @@
+"""The decisions: verdicts in, incident changes out, turned into outbox entries and
+committed per batch. No Kafka, no HTTP: the consumers feed it, the drainers deliver what
+it wrote.
+
+For each batch the ``Engine`` feeds the verdicts to the detection policy
+(``IncidentTracker``), turns the incident changes into outbox entries (one per integration
+that acts on the change, see ``integrations/``) and commits, in ONE SQLite transaction, the
+tracker's state, the next offset of each partition, each type's high-water mark and the
+outbox (see ``store.py``). So a batch whose transaction did not commit is consumed and
+decided again (the same way: the policy is deterministic); one that did is never decided
+twice.
+
+Replays are recognised per doc type: a verdict whose window is not newer than the last one
+processed for its type is skipped (counted as ``replay`` when its id was seen, ``stale``
+otherwise). While an incident stays in breach the engine posts progress updates at most
+every ``update_interval_s`` of event time; a silent type's incidents resolve as its verdicts
+partition moves on (see ``_advance``). The windows judged feed the refit history.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+import orjson
+
+from anchorwatch.alerting.crash import CrashHook, no_crash
+from anchorwatch.alerting.integrations.registry import named
+from anchorwatch.alerting.payload import history_from_json, history_to_json, notification_payload
+from anchorwatch.alerting.render import IncidentState, IncidentView, WindowPoint
+from anchorwatch.alerting.service_metrics import ServiceMetrics
+from anchorwatch.alerting.settings import AlertingSettings
+from anchorwatch.alerting.store import BatchWrite, DocTypeRow, IncidentRow, NewEntry, Store
+from anchorwatch.contracts import (
+    Baseline,
+    ContractError,
+    Reason,
+    Verdict,
+    WindowAggregate,
+    decode_verdict,
+)
+from anchorwatch.policy.incidents import Incident, IncidentChange, IncidentTracker, drift_event
+from anchorwatch.policy.refit import RefitHistory
+from anchorwatch.policy.static_rule import BreachLevels
+
+log = logging.getLogger(__name__)
+
+#: Windows of history kept per doc type: the chart's and the Jira description's.
+MIN_HISTORY = 10
+
+
+@dataclass(frozen=True)
+class RawMessage:
+    """One record of the verdicts topic, as the consumer hands it over."""
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes | None
+
+
+@dataclass
+class _TypeState:
+    last_window_start_ms: int
+    history: deque[WindowPoint]
+    partition: int  # of the verdicts topic: a doc type is the key, so it stays on one
+
+
+@dataclass
+class _Batch:
+    write: BatchWrite
+    consumed_ms: int
+    touched: set[str] = field(default_factory=set)
+    rows: dict[str, IncidentRow] = field(default_factory=dict)  # incident rows to write
+
+
+def _group_states(state: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The tracker's exported state split per doc type, so a batch stores only the types it
+    touched (relies on ``export_state`` listing one entry per (doc type, rule))."""
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for entry in state.get("states", []):
+        by_type.setdefault(entry["doc_type"], []).append(entry)
+    return by_type
+
+
+class Engine:
+    """Decides: verdicts -> incident changes -> outbox entries, committed per batch.
+
+    Verdicts are handled one at a time, in order, and every decision depends only on the
+    verdicts before it (not on where a batch ends), so a batch consumed again after a crash
+    is decided the same way. Runs on one thread; what it holds in memory is also stored."""
+
+    def __init__(
+        self,
+        settings: AlertingSettings,
+        store: Store,
+        metrics: ServiceMetrics,
+        integrations: Sequence[str],
+        *,
+        clock: Callable[[], float] = time.time,
+        crash: CrashHook = no_crash,
+        refit: RefitHistory | None = None,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self.refit = refit  # the windows judged, for refits (None: no refits)
+        self._metrics = metrics
+        self._integrations = named(tuple(integrations))
+        self._clock = clock
+        self._crash = crash
+        self._history_len = max(settings.slack.chart_windows, MIN_HISTORY)
+        self._levels = BreachLevels(settings.policy)
+        restored = store.restore()
+        states = [e for rows in restored.tracker_states.values() for e in rows]
+        self.tracker = IncidentTracker(
+            settings.policy,
+            state={"policy_version": restored.policy_version, "states": states},
+        )
+        self.offsets: dict[tuple[str, int], int] = dict(restored.offsets)
+        self._types: dict[str, _TypeState] = {}
+        for known in restored.doc_types.values():
+            points = history_from_json(known.history)
+            self._types[known.doc_type] = _TypeState(
+                known.last_window_start_ms,
+                deque(points, maxlen=self._history_len),
+                known.partition,
+            )
+            if points:
+                metrics.window(known.doc_type, points[-1].mean_drift, points[-1].threshold)
+        # Event time per verdicts partition: the latest window end seen on it.
+        self._watermarks: dict[int, int] = {
+            int(p): int(ms) for p, ms in orjson.loads(restored.meta.get("watermarks", "{}")).items()
+        }
+        # When each partition last delivered a verdict (processing time; not stored: after
+        # a restart every partition gets silence_lag_s to show it is alive).
+        self._seen_at: dict[int, float] = {}
+        self._started = clock()
+        self._open: dict[str, IncidentRow] = {}
+        self._open_by_type: dict[str, set[str]] = {}
+        self._carry: list[IncidentRow] = []  # rows to write with the next batch
+        tracked = {i.incident_id for i in self.tracker.open_incidents()}
+        for row in restored.open_incidents:
+            if row.incident_id in tracked:
+                self._set_open(row)
+            else:
+                # A new policy version starts afresh (its incident ids differ): its detector
+                # no longer follows these, so they are closed here without notifications.
+                log.warning(
+                    "incident abandoned: the policy version changed",
+                    extra={"incident_id": row.incident_id, "doc_type": row.doc_type},
+                )
+                self._carry.append(replace(row, state="resolved", updated_ms=self._now_ms()))
+        self._publish_open()
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _set_open(self, row: IncidentRow) -> None:
+        self._open[row.incident_id] = row
+        self._open_by_type.setdefault(row.doc_type, set()).add(row.incident_id)
+
+    def _set_closed(self, row: IncidentRow) -> None:
+        self._open.pop(row.incident_id, None)
+        ids = self._open_by_type.get(row.doc_type)
+        if ids is not None:
+            ids.discard(row.incident_id)
+            if not ids:
+                del self._open_by_type[row.doc_type]
+
+    # ----------------------------------------------------------------- inputs
+
+    def set_baseline(self, baseline: Baseline) -> bool:
+        held = self.tracker.baseline(baseline.doc_type)
+        if held is not None and held.fitted_at_ms > baseline.fitted_at_ms:
+            self._metrics.baselines.labels("stale").inc()
+            return False
+        self.tracker.set_baseline(baseline)
+        self._metrics.baselines.labels("applied").inc()
+        return True
+
+    def process(
+        self, messages: Sequence[RawMessage], consumed_ms: int
+    ) -> dict[tuple[str, int], int]:
+        """Decide one batch and commit it. Returns the next offsets it committed."""
+        started = time.perf_counter()
+        batch = _Batch(BatchWrite(now_ms=self._now_ms()), consumed_ms)
+        verdicts = self._decode(messages, batch.write)
+        seen = self._store.seen_verdicts(v.verdict_id for _, v in verdicts)
+        for partition, verdict in verdicts:
+            self._handle(partition, verdict, seen, batch)
+        state = self.tracker.export_state()
+        by_type = _group_states(state)
+        self._refresh(batch, by_type)
+        w = batch.write
+        w.policy_version = str(state.get("policy_version"))
+        w.tracker_states = {d: by_type.get(d, []) for d in batch.touched}
+        w.doc_types = [
+            DocTypeRow(
+                d,
+                self._types[d].last_window_start_ms,
+                history_to_json(self._types[d].history),
+                self._types[d].partition,
+            )
+            for d in batch.touched
+            if d in self._types
+        ]
+        w.meta["watermarks"] = orjson.dumps(
+            {str(p): ms for p, ms in self._watermarks.items()}
+        ).decode()
+        w.incidents = self._carry + list(batch.rows.values())
+        self._crash("batch_before_commit", "")
+        self._store.commit_batch(w, keep_verdict_ids=self._settings.alerting.recent_verdict_ids)
+        self._carry = []
+        self.offsets.update(w.offsets)
+        self._publish_open()
+        self._metrics.batch.observe(time.perf_counter() - started)
+        return w.offsets
+
+    def _decode(
+        self, messages: Sequence[RawMessage], write: BatchWrite
+    ) -> list[tuple[int, Verdict]]:
+        out = []
+        for m in messages:
+            write.offsets[(m.topic, m.partition)] = m.offset + 1
+            try:
+                out.append((m.partition, decode_verdict(m.value or b"")))
+            except ContractError as exc:
+                self._metrics.verdicts.labels("invalid").inc()
+                log.error(
+                    "invalid verdict skipped",
+                    extra={
+                        "topic": m.topic,
+                        "partition": m.partition,
+                        "offset": m.offset,
+                        "error": str(exc)[:1000],
+                    },
+                )
+        return out
+
+    @property
+    def watermark_ms(self) -> int:
+        """The latest window end seen on any partition."""
+        return max(self._watermarks.values(), default=0)
+
+    def _handle(self, partition: int, verdict: Verdict, seen: set[str], batch: _Batch) -> None:
+        w = verdict.window
+        known = self._types.get(w.doc_type)
+        if verdict.verdict_id in seen or (
+            known is not None and w.window_start_ms <= known.last_window_start_ms
+        ):
+            replay = verdict.verdict_id in seen or verdict.verdict_id in batch.write.verdict_ids
+            self._metrics.verdicts.labels("replay" if replay else "stale").inc()
+            return
+        try:
+            changes = self.tracker.observe_verdict(verdict)
+        except Exception:  # a verdict the policy cannot take must not stop the service
+            log.exception("verdict not processed", extra={"verdict_id": verdict.verdict_id})
+            self._metrics.verdicts.labels("invalid").inc()
+            return
+        if known is None:
+            known = _TypeState(0, deque(maxlen=self._history_len), partition)
+            self._types[w.doc_type] = known
+        known.last_window_start_ms = w.window_start_ms
+        known.partition = partition
+        known.history.append(WindowPoint.from_verdict(verdict))
+        if self.refit is not None:
+            self.refit.add(w)
+        batch.touched.add(w.doc_type)
+        batch.write.verdict_ids.append(verdict.verdict_id)
+        self._metrics.verdicts.labels("processed").inc()
+        self._metrics.window(w.doc_type, w.mean_drift, verdict.threshold, figures=w)
+        changed = set()
+        for change in changes:
+            self._apply(change, batch)
+            changed.add(change.incident.incident_id)
+        self._progress(verdict, changed, batch)
+        topic_before = self.watermark_ms
+        self._seen_at[partition] = self._clock()
+        if w.window_end_ms > self._watermarks.get(partition, 0):
+            # Event time moved on: types that stayed silent may resolve.
+            self._watermarks[partition] = w.window_end_ms
+            self._advance(batch, None if w.window_end_ms > topic_before else partition)
+
+    def _advance(self, batch: _Batch, partition: int | None) -> None:
+        """Silent slots of the open incidents' types (of ``partition``, or of all).
+
+        A type is silent for a window once its own partition is ``silence_lag_s`` past it:
+        a type is the key, so its verdicts share a partition with others in event-time
+        order (up to the drift job's subtasks racing, which the lag absorbs); this depends
+        only on that partition's order, so it is decided the same way after a replay. A
+        partition that has delivered nothing for ``silence_lag_s`` of processing time is
+        idle: its types follow the whole topic's event time instead (less the lag). Other
+        partitions running ahead while this one still delivers (a backlog being read)
+        prove nothing."""
+        lag_s = self._settings.alerting.silence_lag_s
+        lag = lag_s * 1000
+        now = self._clock()
+        for doc_type in sorted(self._open_by_type):
+            known = self._types.get(doc_type)
+            if known is None or (partition is not None and known.partition != partition):
+                continue
+            until = self._watermarks.get(known.partition, 0) - lag
+            if now - self._seen_at.get(known.partition, self._started) > lag_s:
+                until = max(until, self.watermark_ms - lag)
+            for change in self.tracker.advance(doc_type, until):
+                batch.touched.add(doc_type)
+                self._apply(change, batch)
+
+    # ----------------------------------------------------------------- decisions
+
+    def _history(self, doc_type: str, until_ms: int) -> list[WindowPoint]:
+        known = self._types.get(doc_type)
+        return [p for p in known.history if p.window_start_ms <= until_ms] if known else []
+
+    def _window_size(self, doc_type: str) -> int:
+        known = self._types.get(doc_type)
+        if known and known.history:
+            last = known.history[-1]
+            return last.window_end_ms - last.window_start_ms
+        return 60_000
+
+    def _view(self, change: IncidentChange) -> IncidentView:
+        inc, j = change.incident, change.judgement
+        window = change.window
+        reasons: list[Reason] = list(j.reasons) if j is not None else []
+        if window is None:
+            # Resolved for silence: the slot had no window at all.
+            window = WindowAggregate(
+                doc_type=inc.doc_type,
+                window_start_ms=change.window_start_ms,
+                window_end_ms=change.window_start_ms + self._window_size(inc.doc_type),
+                request_count=0,
+                mean_drift=0.0,
+            )
+            reasons.append(
+                Reason(code="silent", message="no conclusive window: resolved for lack of traffic")
+            )
+        return IncidentView(
+            incident_id=inc.incident_id,
+            doc_type=inc.doc_type,
+            severity=inc.severity,
+            state=_STATES[change.kind],
+            opened_at_ms=inc.opened_at_ms,
+            resolved_at_ms=inc.resolved_at_ms,
+            window=window,
+            threshold=j.threshold if j is not None else inc.threshold,
+            baseline_version=j.baseline_version if j is not None else inc.baseline_version,
+            reasons=reasons,
+            peak_mean_drift=inc.peak_mean_drift,
+            dashboard_url=self._settings.routing.dashboard_url(inc.doc_type),
+            adapted_from=inc.adapted_from if inc.resolution == "adapted" else None,
+            adapted_to=inc.adapted_to if inc.resolution == "adapted" else None,
+        )
+
+    def _enqueue(
+        self,
+        batch: _Batch,
+        incident_id: str,
+        seq: int,
+        kind: str,
+        payload: dict[str, Any],
+        event: dict[str, Any] | None = None,
+        only: str | None = None,
+    ) -> int:
+        """Outbox entries of one change, one per configured integration that acts on its
+        kind (``only``: that integration alone); the next seq."""
+        for integration in self._integrations:
+            action = integration.actions.get(kind)
+            if action is None or (only is not None and integration.name != only):
+                continue
+            body = payload
+            if integration.carries == "event":
+                if event is None:
+                    continue
+                body = {"event": event}
+            batch.write.outbox.append(
+                NewEntry(incident_id, seq, integration.name, action, kind, body, batch.consumed_ms)
+            )
+        return seq + 1
+
+    def _apply(self, change: IncidentChange, batch: _Batch) -> None:
+        inc = change.incident
+        if self.refit is not None:
+            refit_incident(self.refit, inc)
+        row = self._open.get(inc.incident_id)
+        if row is None and change.kind == "reopened":
+            row = batch.rows.get(inc.incident_id) or self._store.incident(inc.incident_id)
+        seq = row.next_seq if row is not None else 1
+        view = self._view(change)
+        history = self._history(inc.doc_type, change.window_start_ms)
+        event = drift_event(change, batch.write.now_ms).model_dump(mode="json", exclude_none=True)
+        forced = change.kind in ("updated", "reopened")
+        payload = notification_payload(view, history, force_comment=forced)
+        seq = self._enqueue(batch, inc.incident_id, seq, change.kind, payload, event)
+        for integration in self._integrations:
+            if then := integration.then.get(change.kind):
+                seq = self._enqueue(
+                    batch, inc.incident_id, seq, then, payload, only=integration.name
+                )
+        resolved = change.kind == "resolved"
+        new_row = IncidentRow(
+            incident_id=inc.incident_id,
+            doc_type=inc.doc_type,
+            rule=inc.rule,
+            state="resolved" if resolved else "open",
+            severity=inc.severity,
+            opened_at_ms=inc.opened_at_ms,
+            resolved_at_ms=inc.resolved_at_ms,
+            record=inc.to_record(),
+            next_seq=seq,
+            last_update_window_ms=(
+                row.last_update_window_ms if resolved and row else change.window_start_ms
+            ),
+            updated_ms=batch.write.now_ms,
+        )
+        batch.rows[inc.incident_id] = new_row
+        if resolved:
+            self._set_closed(new_row)
+        else:
+            self._set_open(new_row)
+        log.info(
+            "incident " + change.kind,
+            extra={
+                "incident_id": inc.incident_id,
+                "doc_type": inc.doc_type,
+                "severity": inc.severity,
+                "window_start_ms": change.window_start_ms,
+            },
+        )
+
+    def _progress(self, verdict: Verdict, changed: set[str], batch: _Batch) -> None:
+        """Open incidents of this verdict's type that it keeps in breach: follow their peak,
+        and post a progress update once ``update_interval_s`` (event time) has passed since
+        the last message."""
+        interval_ms = self._settings.alerting.update_interval_s * 1000
+        w = verdict.window
+        for incident_id in sorted(self._open_by_type.get(w.doc_type, ())):
+            row = self._open[incident_id]
+            if self._levels.of(row.rule, verdict) == "none" or incident_id in changed:
+                continue
+            record = dict(row.record)
+            record["peak_mean_drift"] = max(float(record["peak_mean_drift"]), w.mean_drift)
+            new_row = replace(row, record=record, updated_ms=batch.write.now_ms)
+            if interval_ms > 0 and w.window_start_ms - row.last_update_window_ms >= interval_ms:
+                view = IncidentView(
+                    incident_id=incident_id,
+                    doc_type=row.doc_type,
+                    severity=row.severity,  # type: ignore[arg-type]
+                    state="updated",
+                    opened_at_ms=row.opened_at_ms,
+                    resolved_at_ms=None,
+                    window=w,
+                    threshold=verdict.threshold,
+                    baseline_version=verdict.baseline_version,
+                    reasons=list(verdict.reasons),
+                    peak_mean_drift=record["peak_mean_drift"],
+                    dashboard_url=self._settings.routing.dashboard_url(row.doc_type),
+                )
+                payload = notification_payload(view, self._history(row.doc_type, w.window_start_ms))
+                seq = self._enqueue(batch, incident_id, row.next_seq, "progress", payload)
+                new_row = replace(new_row, next_seq=seq, last_update_window_ms=w.window_start_ms)
+            batch.rows[incident_id] = new_row
+            self._set_open(new_row)
+
+    def _refresh(self, batch: _Batch, by_type: dict[str, list[dict[str, Any]]]) -> None:
+        """Open incidents' records as the detector holds them at the end of the batch."""
+        for doc_type in batch.touched:
+            for entry in by_type.get(doc_type, []):
+                record = entry.get("open")
+                row = self._open.get(record["incident_id"]) if record else None
+                if row is None or record is None or record == row.record:
+                    continue
+                new_row = replace(row, record=record, severity=record["severity"])
+                batch.rows[row.incident_id] = new_row
+                self._set_open(new_row)
+
+    def _publish_open(self) -> None:
+        self._metrics.open_incidents(Counter(r.severity for r in self._open.values()))
+
+    def open_incidents(self) -> list[IncidentRow]:
+        return sorted(self._open.values(), key=lambda r: (r.opened_at_ms, r.doc_type))
+
+    def prune(self, before_ms: int) -> int:
+        return self._store.prune(before_ms)
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    def close(self) -> None:
+        self._store.close()
+
+
+_STATES: Final[dict[str, IncidentState]] = {
+    "opened": "open",
+    "reopened": "open",
+    "updated": "updated",
+    "resolved": "resolved",
+}
+
+
+def refit_incident(history: RefitHistory, incident: Incident) -> None:
+    """An incident's span (or, resolved "adapted", its shift) for the refit history."""
+    history.incident(
+        incident.doc_type,
+        incident.incident_id,
+        first_breach_ms=incident.first_breach_ms,
+        resolved_at_ms=incident.resolved_at_ms,
+        resolution=incident.resolution,
+    )

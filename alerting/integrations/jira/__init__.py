@@ -1,0 +1,1 @@
+"""Jira: one ticket per incident, found again by its hash label, never duplicated."""

@@ -1,0 +1,134 @@
+"""Jira in the outbox: sending an entry (open or reopen the ticket, an update comment, the
+resolution) and reconciling one that may have been sent already.
+
+Opening searches by the incident's hash label before creating, so it needs no
+reconciliation; a comment is found again by its exact body, a resolution by the ticket's
+status (commented but not transitioned: the transition is finished without a second
+comment).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from anchorwatch.alerting.integrations.base import Delivered, Integration, Sender, missing
+from anchorwatch.alerting.integrations.jira.notifier import JiraNotifier, connect
+from anchorwatch.alerting.integrations.jira.render import (
+    jira_description,
+    jira_labels,
+    jira_resolved_comment,
+    jira_summary,
+    jira_update_comment,
+)
+from anchorwatch.alerting.notify import Caller
+from anchorwatch.alerting.payload import Note
+from anchorwatch.alerting.settings import AlertingSettings, JiraSection
+from anchorwatch.alerting.store import OutboxEntry
+
+
+def _same_text(a: str, b: str) -> bool:
+    return " ".join(a.split()) == " ".join(b.split())
+
+
+class JiraSender(Sender):
+    """One ticket per incident (``JiraNotifier``)."""
+
+    integration = "jira"
+
+    def __init__(
+        self,
+        notifier: JiraNotifier,
+        *,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self._notifier = notifier
+        self._clock_ms = clock_ms
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: JiraSection,
+        caller: Caller,
+        *,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> JiraSender:
+        notifier = JiraNotifier(lambda: connect(settings), settings, caller, clock_ms=clock_ms)
+        return cls(notifier, clock_ms=clock_ms)
+
+    def _key(self, entry: OutboxEntry) -> str:
+        if entry.refs.jira_key is None:
+            raise missing("jira", entry.action, "no ticket: opening it failed")
+        return entry.refs.jira_key
+
+    def send(self, entry: OutboxEntry) -> Delivered:
+        note = Note.of(entry)
+        now = self._clock_ms()
+        if entry.action == "open":
+            ticket = self._notifier.open_or_reopen(note.view, note.history)
+            # Opening counts as the first comment for the comment interval.
+            return Delivered("sent", {"jira_key": ticket.key, "jira_last_comment_ms": now})
+        key = self._key(entry)
+        if entry.action == "update":
+            last = 0 if note.force_comment else entry.refs.jira_last_comment_ms
+            if self._notifier.comment(key, note.view, last_comment_ms=last):
+                return Delivered("sent", {"jira_last_comment_ms": self._clock_ms()})
+            return Delivered("suppressed")
+        result = self._notifier.resolve(key, note.view)
+        if result.error:
+            raise missing("jira", "resolve", result.error)
+        return Delivered("sent")
+
+    def reconcile(self, entry: OutboxEntry) -> Delivered | None:
+        if entry.action == "open":
+            return None  # open_or_reopen finds the ticket by its label before creating one
+        note = Note.of(entry)
+        key = self._key(entry)
+        bodies = self._notifier.comment_bodies(key)
+        if entry.action == "update":
+            wanted = jira_update_comment(note.view)
+            if any(_same_text(b, wanted) for b in bodies):
+                return Delivered("reconciled", {"jira_last_comment_ms": self._clock_ms()})
+            return None
+        if self._notifier.is_resolved(key):
+            return Delivered("reconciled")
+        if not any(_same_text(b, jira_resolved_comment(note.view)) for b in bodies):
+            return None
+        # Commented, not transitioned: finish the resolution without a second comment.
+        if (error := self._notifier.resolve_transition(key)) is not None:
+            raise missing("jira", "resolve", error)
+        return Delivered("reconciled")
+
+
+def describe(settings: AlertingSettings, entry: OutboxEntry) -> dict[str, Any]:
+    note = Note.of(entry)
+    view, jira = note.view, settings.jira
+    if entry.action == "open":
+        return {
+            "summary": jira_summary(view, jira.summary_template),
+            "description": jira_description(view, note.history),
+            "labels": [*jira_labels(view), *jira.extra_labels],
+            "priority": jira.priorities.get(view.severity),
+        }
+    if entry.action == "update":
+        return {"comment": jira_update_comment(view), "forced": note.force_comment}
+    return {"comment": jira_resolved_comment(view), "transition": jira.resolve_transition}
+
+
+JIRA = Integration(
+    name="jira",
+    # A reopened incident reopens its own ticket, then says why in a comment.
+    actions={
+        "opened": "open",
+        "reopened": "open",
+        "updated": "update",
+        "progress": "update",
+        "resolved": "resolve",
+    },
+    then={"reopened": "updated"},
+    enabled=lambda settings: settings.jira.enabled,
+    sender=lambda settings, caller: JiraSender.from_settings(settings.jira, caller),
+    describe=describe,
+    rate_per_s=lambda settings: settings.alerting.jira_rate_per_s,
+)

@@ -1,0 +1,171 @@
+"""Baselines that stay current by themselves (``alerting.refit``): the windows judged are
+kept per doc type (``anchorwatch.policy.refit``: windows inside incidents left out, the
+shift kept when an incident resolved "adapted"), and every ``refit_interval_s`` the
+consumer thread refits the types that gathered ``refit_min_windows`` new windows and
+publishes the baselines to the compacted topic, from which this service (and the drift
+job) read them back. At start that history is read back from the verdicts topic.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Final
+
+from confluent_kafka import KafkaException
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import Counter as MetricCounter
+
+from anchorwatch.alerting.consumers import read_recent_windows
+from anchorwatch.alerting.engine import Engine
+from anchorwatch.alerting.settings import AlertingSettings
+from anchorwatch.alerting.store import Store
+from anchorwatch.baseline_publish import BaselinePublishError, publish_baselines
+from anchorwatch.contracts import Baseline
+from anchorwatch.policy.fitting import fit_baseline
+from anchorwatch.policy.refit import RefitHistory
+
+log = logging.getLogger(__name__)
+
+
+class RefitMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.refits = MetricCounter(
+            "anchorwatch_alerting_baseline_refits_total",
+            "Baseline refits, by outcome: published; skipped (too little history to replace "
+            "a fitted baseline); failed (Kafka did not take it; retried); dry_run.",
+            ["outcome"],
+            registry=registry,
+        )
+        self.last = Gauge(
+            "anchorwatch_alerting_baseline_refit_last_timestamp_seconds",
+            "When refitted baselines were last published (Unix time).",
+            registry=registry,
+        )
+        for outcome in ("published", "skipped", "failed", "dry_run"):
+            self.refits.labels(outcome)
+
+
+class Refitter:
+    """Refits due baselines and publishes them (runs on the consumer thread, which owns the
+    engine). Publishing twice is harmless: the topic is compacted by doc type and a fit's
+    version is derived from its inputs and its fit time."""
+
+    #: After a failed publish, wait this long before trying again.
+    RETRY_S: Final = 60.0
+    PUBLISH_TIMEOUT_S: Final = 30.0
+    #: Gathering and fitting a type-week of windows takes ~0.3 s (bench/refit.py): the
+    #: consumer thread pauses for a few seconds per run at most; other due types follow.
+    TYPES_PER_RUN: Final = 10
+
+    def __init__(
+        self,
+        settings: AlertingSettings,
+        engine: Engine,
+        metrics: RefitMetrics,
+        *,
+        clock: Callable[[], float] = time.time,
+        publish: Callable[[list[Baseline]], object] | None = None,
+    ) -> None:
+        assert engine.refit is not None
+        self._settings = settings
+        self._engine = engine
+        self._history = engine.refit
+        self._metrics = metrics
+        self._clock = clock
+        self._publish = publish or (
+            lambda baselines: publish_baselines(
+                settings.kafka,
+                settings.topics.baselines,
+                baselines,
+                timeout_s=self.PUBLISH_TIMEOUT_S,
+            )
+        )
+        self._not_before = 0.0
+
+    def run(self) -> list[Baseline]:
+        """Fit and publish every type due now; the baselines published."""
+        now = self._clock()
+        if now < self._not_before:
+            return []
+        now_ms = int(now * 1000)
+        policy, dry_run = self._settings.policy, self._settings.alerting.dry_run
+        fits: list[tuple[Baseline, Baseline | None, int]] = []
+        due = self._history.due(now_ms, self._engine.tracker.baseline, self.TYPES_PER_RUN)
+        for item in due:
+            new = fit_baseline(
+                item.doc_type,
+                item.windows,
+                policy,
+                fitted_at_ms=now_ms,
+                history_start_ms=item.history_start_ms,
+                history_end_ms=item.history_end_ms,
+            ).baseline
+            old = self._engine.tracker.baseline(item.doc_type)
+            if new.status != "fitted" and old is not None and old.status == "fitted":
+                # Fewer usable windows than a fit needs (e.g. just after an adaptation):
+                # keep judging by the fitted one.
+                self._history.fitted(
+                    item.doc_type, fitted_at_ms=now_ms, history_end_ms=old.history_end_ms
+                )
+                self._log(new, old, "skipped")
+                continue
+            fits.append((new, old, len(item.windows)))
+        if not fits:
+            return []
+        if not dry_run:
+            try:
+                self._publish([new for new, _, _ in fits])
+            except (BaselinePublishError, KafkaException) as exc:
+                self._metrics.refits.labels("failed").inc(len(fits))
+                self._not_before = now + self.RETRY_S
+                log.error(
+                    "refitted baselines not published; retrying later",
+                    extra={"doc_types": len(fits), "error": str(exc)[:1000]},
+                )
+                return []
+            self._metrics.last.set(now)
+        for new, old, _ in fits:
+            self._history.fitted(
+                new.doc_type, fitted_at_ms=now_ms, history_end_ms=new.history_end_ms
+            )
+            self._log(new, old, "dry_run" if dry_run else "published")
+        return [new for new, _, _ in fits]
+
+    def _log(self, new: Baseline, old: Baseline | None, outcome: str) -> None:
+        self._metrics.refits.labels(outcome).inc()
+        log.info(
+            "baseline refitted",
+            extra={
+                "doc_type": new.doc_type,
+                "outcome": outcome,
+                "status": new.status,
+                "windows": new.window_count,
+                "center": round(new.center, 4),
+                "threshold": round(new.threshold, 4),
+                "version": new.version,
+                "old_center": round(old.center, 4) if old is not None else None,
+                "old_threshold": round(old.threshold, 4) if old is not None else None,
+                "old_version": old.version if old is not None else None,
+            },
+        )
+
+
+def rebuild_refit_history(
+    settings: AlertingSettings, history: RefitHistory, store: Store, now_ms: int
+) -> int:
+    """Read back the last ``refit_history_s`` of verdicts (``read_recent_windows``) and the
+    incidents the service recorded, so a restart does not forget. Returns the windows read."""
+    since_ms = now_ms - settings.alerting.refit_history_s * 1000
+    read = read_recent_windows(settings, since_ms, history.add)
+    for listing in store.list_incidents(open_only=False, limit=100_000):
+        record = listing.row.record
+        history.incident(
+            listing.row.doc_type,
+            listing.row.incident_id,
+            first_breach_ms=int(record["first_breach_ms"]),
+            resolved_at_ms=listing.row.resolved_at_ms,
+            resolution=record.get("resolution"),
+        )
+    return read

@@ -1,0 +1,79 @@
+"""The tables of the alerting service's state file (see ``store.py``): ``meta`` (schema
+version, policy version, partition watermarks, learnt Slack channel ids), ``offsets`` (the
+next verdict offset per partition), ``tracker_state`` (the detector's state per doc type),
+``doc_types`` (each type's high-water mark, recent windows and partition),
+``recent_verdicts`` (ids, to tell replays from late verdicts), ``incidents`` (with where
+each lives in Slack and Jira) and ``outbox`` (one row per incident, seq and integration).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SCHEMA_VERSION: Final = 1
+
+SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS offsets (
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition)
+);
+CREATE TABLE IF NOT EXISTS tracker_state (
+    doc_type TEXT PRIMARY KEY,
+    state TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS doc_types (
+    doc_type TEXT PRIMARY KEY,
+    last_window_start_ms INTEGER NOT NULL,
+    history TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS recent_verdicts (
+    verdict_id TEXT PRIMARY KEY
+);
+CREATE TABLE IF NOT EXISTS incidents (
+    incident_id TEXT PRIMARY KEY,
+    doc_type TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    state TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    opened_at_ms INTEGER NOT NULL,
+    resolved_at_ms INTEGER,
+    record TEXT NOT NULL,
+    next_seq INTEGER NOT NULL,
+    last_update_window_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    slack_channel TEXT,
+    slack_ts TEXT,
+    jira_key TEXT,
+    jira_last_comment_ms INTEGER
+);
+CREATE INDEX IF NOT EXISTS incidents_state ON incidents (state, updated_ms);
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    incident_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    integration TEXT NOT NULL,
+    action TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_ms INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL,
+    consumed_ms INTEGER NOT NULL,
+    first_attempt_ms INTEGER,
+    finished_ms INTEGER,
+    outcome TEXT,
+    error TEXT,
+    UNIQUE (incident_id, integration, seq)
+);
+CREATE INDEX IF NOT EXISTS outbox_open ON outbox (integration, incident_id, seq)
+    WHERE status IN ('pending', 'attempting');
+"""

@@ -1,0 +1,56 @@
+"""The integration registry: which integrations the settings turn on, and what each asks
+of every kind of incident change (the engine writes outbox entries from these)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anchorwatch.alerting.integrations import registry
+from anchorwatch.alerting.settings import AlertingSettings
+
+KINDS = {"opened", "reopened", "updated", "progress", "resolved"}
+
+
+def settings(
+    tmp_path: Path, *, alerting: dict[str, Any] | None = None, **sections: Any
+) -> AlertingSettings:
+    return AlertingSettings.load(alerting={"state_dir": tmp_path, **(alerting or {})}, **sections)
+
+
+def test_the_settings_turn_integrations_on(tmp_path: Path) -> None:
+    assert [i.name for i in registry.enabled(settings(tmp_path))] == ["events"]
+    everything = settings(
+        tmp_path,
+        slack={"mode": "bot", "bot_token": "xoxb-x"},
+        jira={"enabled": True},
+    )
+    assert [i.name for i in registry.enabled(everything)] == ["slack", "jira", "events"]
+    quiet = settings(tmp_path, alerting={"drift_events": False})
+    assert registry.enabled(quiet) == []
+
+
+def test_every_integration_acts_on_known_kinds_with_known_actions() -> None:
+    for integration in registry.INTEGRATIONS:
+        assert set(integration.actions) <= KINDS, integration.name
+        assert set(integration.actions.values()) <= {"open", "update", "resolve"}
+        assert set(integration.then) <= set(integration.actions)
+        assert set(integration.then.values()) <= set(integration.actions)
+    # Progress updates are for people, not for the drift-events topic.
+    assert "progress" not in registry.BY_NAME["events"].actions
+    assert registry.BY_NAME["jira"].then == {"reopened": "updated"}
+
+
+def test_rates_come_from_the_settings(tmp_path: Path) -> None:
+    s = settings(tmp_path, alerting={"slack_rate_per_s": 2.5})
+    assert registry.BY_NAME["slack"].rate_per_s(s) == 2.5
+    assert registry.BY_NAME["jira"].rate_per_s(s) == s.alerting.jira_rate_per_s
+    assert registry.BY_NAME["events"].rate_per_s(s) is None
+
+
+def test_an_unknown_name_is_refused() -> None:
+    assert [i.name for i in registry.named(("events", "slack"))] == ["slack", "events"]
+    with pytest.raises(KeyError, match="pager"):
+        registry.named(("slack", "pager"))
