@@ -1,8 +1,20 @@
 """A Flink standalone session cluster started with the pyflink package's own scripts.
 
 The cluster gets its own configuration directory under the stack's state directory (ports,
-bounded memory, pid and log directories), so it never touches the package's ``conf/`` and
-``down`` knows exactly which JobManager and TaskManager it started.
+bounded memory, pid, log and temporary directories), so it never touches the package's
+``conf/`` and ``down`` knows exactly which JobManager, TaskManagers and Python workers it
+started:
+
+- the daemons by their pid files and main class (a recycled pid is not ours);
+- the Python workers the TaskManagers start (``pyflink-udf-runner.sh`` and the interpreter
+  it runs) by their environment: they inherit ``FLINK_CONF_DIR`` naming this cluster's
+  configuration, which survives the TaskManager: a worker orphaned by a kill -9 of its
+  TaskManager is found too, where the process tree no longer leads to it;
+- their ``python-dist-*`` directories, in this cluster's temporary directory
+  (``io.tmp.dirs``), not in the machine's ``/tmp``.
+
+``ensure`` starts what is missing (the JobManager, or TaskManagers up to the configured
+count), so a lost TaskManager is replaced by running ``stack up`` again.
 """
 
 from __future__ import annotations
@@ -11,9 +23,12 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
+import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +37,11 @@ import yaml
 
 from anchorwatch.stack.processes import (
     StackError,
+    cmdline,
     is_alive,
-    stop_pid,
+    parent_pids,
+    processes_with_env,
+    stop_pids,
     tail,
     wait_until,
 )
@@ -33,6 +51,20 @@ log = logging.getLogger(__name__)
 # Main classes of the two daemons, used to recognise our pids.
 JOBMANAGER_CLASS = "StandaloneSessionClusterEntrypoint"
 TASKMANAGER_CLASS = "TaskManagerRunner"
+#: Each TaskManager is started with a resource id of its own, to match pid and registration.
+RESOURCE_ID_PREFIX = "aw-tm-"
+_RESOURCE_ID_OPTION = "taskmanager.resource-id="
+
+# Recovery tuning (measured figures in docs/benchmarks.md):
+# A TaskManager killed -9 is declared lost after `rpc-failure-threshold` (2) heartbeats
+# fail; at the default 10 s interval that took up to 20 s before the job even restarted.
+HEARTBEAT_INTERVAL_MS = 2_000
+HEARTBEAT_TIMEOUT_MS = 20_000
+# The default exponential backoff grows to a minute and resets only after an hour without
+# failures, so repeated faults made each recovery slower (29 s at the fourth failover in
+# five minutes); capped at 5 s and reset after 2 minutes of running.
+RESTART_MAX_BACKOFF = "5 s"
+RESTART_RESET_AFTER = "2 min"
 
 
 def flink_home() -> Path:
@@ -40,6 +72,12 @@ def flink_home() -> Path:
     import pyflink
 
     return Path(pyflink.__file__).parent
+
+
+@dataclass(frozen=True)
+class TaskManager:
+    pid: int
+    resource_id: str
 
 
 @dataclass(frozen=True)
@@ -51,6 +89,7 @@ class FlinkCluster:
     slots: int
     jobmanager_memory: str
     taskmanager_memory: str
+    taskmanagers: int = 1
 
     @property
     def rest_url(self) -> str:
@@ -72,6 +111,11 @@ class FlinkCluster:
     def pid_dir(self) -> Path:
         return self.state_dir / "pids"
 
+    @property
+    def tmp_dir(self) -> Path:
+        """io.tmp.dirs of every daemon: the Python workers' python-dist-* land here."""
+        return self.state_dir / "tmp"
+
     def _pid_files(self) -> dict[str, list[Path]]:
         return {
             JOBMANAGER_CLASS: sorted(self.pid_dir.glob("flink-*-standalonesession.pid")),
@@ -88,6 +132,15 @@ class FlinkCluster:
                     if line.isdigit() and is_alive(int(line), marker):
                         live.append(int(line))
             out[marker] = live
+        return out
+
+    def task_managers(self) -> list[TaskManager]:
+        """The live TaskManagers, each with the resource id it registers under."""
+        out = []
+        for pid in self.pids()[TASKMANAGER_CLASS]:
+            words = cmdline(pid).split()
+            rid = next((w.split("=", 1)[1] for w in words if w.startswith(_RESOURCE_ID_OPTION)), "")
+            out.append(TaskManager(pid, rid))
         return out
 
     def config(self) -> dict[str, Any]:
@@ -108,8 +161,14 @@ class FlinkCluster:
             "parallelism.default": 1,
             "env.pid.dir": str(self.pid_dir),
             "env.log.dir": str(self.log_dir),
+            "io.tmp.dirs": str(self.tmp_dir),
             "state.checkpoints.dir": f"file://{self.state_dir / 'checkpoints'}",
             "state.savepoints.dir": f"file://{self.state_dir / 'savepoints'}",
+            "heartbeat.interval": HEARTBEAT_INTERVAL_MS,
+            "heartbeat.timeout": HEARTBEAT_TIMEOUT_MS,
+            "restart-strategy.type": "exponential-delay",
+            "restart-strategy.exponential-delay.max-backoff": RESTART_MAX_BACKOFF,
+            "restart-strategy.exponential-delay.reset-backoff-threshold": RESTART_RESET_AFTER,
         }
         # The package's file nests keys; flatten ours in by replacing the nested sections.
         for key in ("jobmanager", "taskmanager", "rest", "parallelism"):
@@ -117,7 +176,7 @@ class FlinkCluster:
         base.update(overrides)
         return base
 
-    def start(self, *, timeout_s: float) -> None:
+    def _write_config(self) -> None:
         home = flink_home()
         if self.conf_dir.exists():
             shutil.rmtree(self.conf_dir)
@@ -125,19 +184,51 @@ class FlinkCluster:
         (self.conf_dir / "config.yaml").write_text(yaml.safe_dump(self.config(), sort_keys=True))
         (self.conf_dir / "masters").write_text(f"{self.host}:{self.rest_port}\n")
         (self.conf_dir / "workers").write_text(f"{self.host}\n")
-        for d in (self.log_dir, self.pid_dir):
+        for d in (self.log_dir, self.pid_dir, self.tmp_dir):
             d.mkdir(parents=True, exist_ok=True)
+
+    def start(self, *, timeout_s: float) -> None:
+        """Start the whole cluster (nothing of it may be running)."""
+        self.ensure(timeout_s=timeout_s)
+
+    def ensure(self, *, timeout_s: float) -> dict[str, Any]:
+        """Start whatever is missing: the JobManager, TaskManagers up to ``taskmanagers``;
+        stop orphaned Python workers of dead TaskManagers and remove their python-dist
+        directories. Waits until every TaskManager is registered. Returns what it did."""
+        pids = self.pids()
+        if not any(pids.values()):
+            self._write_config()  # a running daemon keeps the configuration it read
+        report: dict[str, Any] = {}
+        orphans = self.orphaned_workers()
+        if orphans:
+            stop_pids(orphans, grace_s=5)
+            report["orphaned python workers stopped"] = len(orphans)
+        removed = self.remove_stale_python_dists()
+        if removed:
+            report["python-dist directories removed"] = len(removed)
+        if not pids[JOBMANAGER_CLASS]:
+            self._daemon("jobmanager.sh")
+            report["jobmanager"] = "started"
+        missing = self.taskmanagers - len(pids[TASKMANAGER_CLASS])
+        for _ in range(missing):
+            self._daemon("taskmanager.sh", "-D", f"{_RESOURCE_ID_OPTION}{new_resource_id()}")
+        if missing > 0:
+            report["taskmanagers started"] = missing
+        if report:
+            log.info("flink starting", extra={"rest": self.rest_url, **report})
+        self.wait_ready(timeout_s=timeout_s)
+        return report
+
+    def _daemon(self, script: str, *args: str) -> None:
         result = subprocess.run(
-            ["bash", str(home / "bin" / "start-cluster.sh")],
+            ["bash", str(flink_home() / "bin" / script), "start", *args],
             env=self._env(),
             capture_output=True,
             text=True,
             check=False,
         )
         if result.returncode != 0:
-            raise StackError(f"start-cluster.sh failed:\n{result.stdout}{result.stderr}")
-        log.info("flink starting", extra={"rest": self.rest_url})
-        self.wait_ready(timeout_s=timeout_s)
+            raise StackError(f"{script} start failed:\n{result.stdout}{result.stderr}")
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -148,49 +239,132 @@ class FlinkCluster:
         )
         return env
 
-    def overview(self) -> dict[str, Any] | None:
+    def _rest(self, path: str) -> Any:
         try:
-            with urllib.request.urlopen(f"{self.rest_url}/overview", timeout=2) as resp:  # noqa: S310
-                data: dict[str, Any] = json.load(resp)
-                return data
+            with urllib.request.urlopen(f"{self.rest_url}{path}", timeout=2) as resp:  # noqa: S310
+                return json.load(resp)
         except (urllib.error.URLError, OSError, ValueError):
             return None
 
+    def overview(self) -> dict[str, Any] | None:
+        data = self._rest("/overview")
+        return data if isinstance(data, dict) else None
+
+    def registered(self) -> set[str]:
+        """Resource ids of the TaskManagers the JobManager lists (a killed one stays listed
+        until its heartbeats fail)."""
+        data = self._rest("/taskmanagers")
+        if not isinstance(data, dict):
+            return set()
+        return {str(tm.get("id")) for tm in data.get("taskmanagers", [])}
+
     def wait_ready(self, *, timeout_s: float) -> None:
-        """Block until the REST API reports a registered TaskManager with free slots."""
+        """Block until the REST API answers and lists every live TaskManager (by its own
+        resource id), with slots."""
 
         def ready() -> bool:
             pids = self.pids()
-            if not pids[JOBMANAGER_CLASS] or not pids[TASKMANAGER_CLASS]:
+            if not pids[JOBMANAGER_CLASS] or len(pids[TASKMANAGER_CLASS]) < self.taskmanagers:
                 # The scripts daemonise asynchronously; give them a moment before judging.
                 return False
             info = self.overview()
-            return bool(info and info.get("taskmanagers", 0) >= 1 and info.get("slots-total", 0))
+            if not (info and info.get("slots-total", 0)):
+                return False
+            return {tm.resource_id for tm in self.task_managers()} <= self.registered()
 
         if not wait_until(ready, timeout_s=timeout_s, interval_s=0.5):
             logs = sorted(self.log_dir.glob("*.log"))
             detail = "\n".join(f"--- {p}\n{tail(p, 15)}" for p in logs)
             raise StackError(f"Flink did not become ready on {self.rest_url}:\n{detail}")
 
+    # ---------------------------------------------------------------- Python workers
+
+    def python_workers(self) -> list[int]:
+        """Every process the cluster's daemons started, other than the daemons themselves
+        (the Python workers, their runner scripts and log tee): found by the FLINK_CONF_DIR
+        they inherit, so also when their TaskManager is gone."""
+        daemons = {p for pids in self.pids().values() for p in pids}
+        found = processes_with_env("FLINK_CONF_DIR", str(self.conf_dir))
+        return [p for p in found if p not in daemons and p != os.getpid()]
+
+    def orphaned_workers(self) -> list[int]:
+        """Python workers whose TaskManager is no longer alive (killed -9)."""
+        daemons = set(self.pids()[TASKMANAGER_CLASS])
+        parents = parent_pids()
+        out = []
+        for pid in self.python_workers():
+            ancestor, seen = parents.get(pid), set()
+            while ancestor and ancestor not in daemons and ancestor not in seen and ancestor > 1:
+                seen.add(ancestor)
+                ancestor = parents.get(ancestor)
+            if ancestor not in daemons:
+                out.append(pid)
+        return out
+
+    def remove_stale_python_dists(self, *, min_age_s: float = 30) -> list[Path]:
+        """Remove python-dist-* directories no live process of the cluster works in; a
+        directory younger than ``min_age_s`` may belong to a worker being started."""
+        if not self.tmp_dir.is_dir():
+            return []
+        in_use = set()
+        for pid in self.python_workers():
+            for text in (_environ_text(pid), _cwd(pid)):
+                for d in self.tmp_dir.glob("python-dist-*"):
+                    if str(d) in text:
+                        in_use.add(d)
+        now = time.time()
+        removed = []
+        for d in self.tmp_dir.glob("python-dist-*"):
+            if d not in in_use and now - d.stat().st_mtime > min_age_s:
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(d)
+        return removed
+
+    # ---------------------------------------------------------------- stopping
+
     def stop(self) -> bool:
-        """Stop the daemons we started: the scripts first (graceful), then any leftover pid."""
+        """Stop the daemons we started and every Python worker they started (a worker can
+        outlive a killed TaskManager), then remove the temporary directory. True if
+        anything was running."""
         before = self.pids()
-        if not any(before.values()):
-            self._clear_pid_files()
-            return False
-        subprocess.run(
-            ["bash", str(flink_home() / "bin" / "stop-cluster.sh")],
-            env=self._env(),
-            capture_output=True,
-            check=False,
-        )
-        for marker, pids in before.items():
-            for pid in pids:
-                stop_pid(pid, marker, grace_s=20)
+        workers = self.python_workers()
+        # TaskManagers first (their tasks stop and the workers with them), then the rest.
+        stop_pids(before[TASKMANAGER_CLASS], grace_s=20, marker=TASKMANAGER_CLASS)
+        stop_pids(before[JOBMANAGER_CLASS], grace_s=20, marker=JOBMANAGER_CLASS)
+        stop_pids(sorted(set(workers) | set(self.python_workers())), grace_s=5)
         self._clear_pid_files()
-        return True
+        if self.tmp_dir.is_dir():
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        return bool(any(before.values()) or workers)
+
+    def kill_taskmanager(self, pid: int | None = None, sig: int = signal.SIGKILL) -> int:
+        """A fault: send ``sig`` to one TaskManager (``pid``, else the first); its pid."""
+        live = self.pids()[TASKMANAGER_CLASS]
+        target = pid if pid is not None else (live[0] if live else None)
+        if target is None or target not in live:
+            raise StackError(f"no running TaskManager {pid or ''}".strip())
+        os.kill(target, sig)
+        return target
 
     def _clear_pid_files(self) -> None:
         for files in self._pid_files().values():
             for f in files:
                 f.unlink(missing_ok=True)
+
+
+def new_resource_id() -> str:
+    return f"{RESOURCE_ID_PREFIX}{uuid.uuid4().hex[:8]}"
+
+
+def _environ_text(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""

@@ -1,13 +1,31 @@
-"""A single-node KRaft Kafka broker on loopback, run from the pinned jars."""
+"""KRaft Kafka on loopback, run from the pinned jars: one node by default, or a cluster.
+
+A cluster's nodes each take both roles, broker and controller ("combined" mode), and form a
+static quorum of all of them (``controller.quorum.voters``). Combined rather than split
+roles: three JVMs instead of six on a two-core machine, and any one node can die (kill -9,
+SIGSTOP) while the other two keep both a controller majority and an in-sync replica set of
+two, so producers with acks=all go on (topics get replication factor 3 and
+min.insync.replicas=2). Killing a node kills a broker and a voter at once, the harder case
+for the fault trials. Production separates the roles so a busy broker cannot starve the
+quorum; locally the isolation is not what is under test.
+
+Node ``i`` (1-based) listens on ``port + 2 * (i - 1)`` for clients and on
+``controller_port + 2 * (i - 1)`` for the quorum (defaults: 9092/9093, 9094/9095, 9096/9097)
+and keeps its state in ``<state>/kafka-<i>``; a single node keeps the layout it always had
+(``<state>/kafka``, a dynamic quorum of itself).
+"""
 
 from __future__ import annotations
 
 import base64
 import logging
+import os
 import shutil
+import signal
 import subprocess
+import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
@@ -22,6 +40,7 @@ from anchorwatch.stack.processes import (
     tail,
     wait_until,
 )
+from anchorwatch.stack.topics import replication_for
 
 log = logging.getLogger(__name__)
 
@@ -50,17 +69,26 @@ logger.state.level = WARN
 
 @dataclass(frozen=True)
 class KafkaBroker:
-    state_dir: Path  # <stack state>/kafka
+    """One KRaft node. ``voters`` lists (node id, controller port) of every node of a
+    cluster; empty for the single node, which is a dynamic quorum of itself."""
+
+    state_dir: Path  # <stack state>/kafka, or <stack state>/kafka-<node id> in a cluster
     host: str
     port: int
     controller_port: int
     heap: str
     default_partitions: int
     max_message_bytes: int = 16 * 1024 * 1024  # topics.max_message_bytes
+    node_id: int = 1
+    voters: tuple[tuple[int, int], ...] = field(default=())
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def name(self) -> str:
+        return f"kafka-{self.node_id}" if self.voters else "kafka"
 
     @property
     def pid_file(self) -> Path:
@@ -74,16 +102,26 @@ class KafkaBroker:
     def data_dir(self) -> Path:
         return self.state_dir / "data"
 
+    @property
+    def formatted(self) -> bool:
+        return (self.data_dir / "meta.properties").exists()
+
     def pid(self) -> int | None:
         pid = read_pid(self.pid_file)
         return pid if pid is not None and is_alive(pid, MAIN_CLASS) else None
 
     def server_properties(self) -> str:
         h = self.host
+        brokers = max(len(self.voters), 1)
+        factor, min_isr = replication_for(brokers)
+        if self.voters:
+            quorum = {"controller.quorum.voters": ",".join(f"{n}@{h}:{p}" for n, p in self.voters)}
+        else:
+            quorum = {"controller.quorum.bootstrap.servers": f"{h}:{self.controller_port}"}
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.bootstrap.servers": f"{h}:{self.controller_port}",
+            "node.id": str(self.node_id),
+            **quorum,
             "listeners": f"PLAINTEXT://{h}:{self.port},CONTROLLER://{h}:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://{h}:{self.port}",
             "controller.listener.names": "CONTROLLER",
@@ -91,12 +129,14 @@ class KafkaBroker:
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "log.dirs": str(self.data_dir),
             "num.partitions": str(self.default_partitions),
-            # One node: internal topics cannot be replicated.
-            "offsets.topic.replication.factor": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            # Internal topics as replicated as the data topics (one node: not at all).
+            "default.replication.factor": str(factor),
+            "min.insync.replicas": str(min_isr),
+            "offsets.topic.replication.factor": str(factor),
+            "transaction.state.log.replication.factor": str(factor),
+            "transaction.state.log.min.isr": str(min_isr),
+            "share.coordinator.state.topic.replication.factor": str(factor),
+            "share.coordinator.state.topic.min.isr": str(min_isr),
             "group.initial.rebalance.delay.ms": "0",
             # Topics are created on purpose, with their settings, by `stack up`.
             "auto.create.topics.enable": "false",
@@ -106,7 +146,16 @@ class KafkaBroker:
             # The largest record batch: topics get the same max.message.bytes explicitly;
             # this covers topics created without it.
             "message.max.bytes": str(self.max_message_bytes),
+            # After a kill -9 the logs of every partition are recovered before the node
+            # serves; one thread per core instead of one.
+            "num.recovery.threads.per.data.dir": "2",
         }
+        if self.voters:
+            # A dead node keeps its partitions' leadership (and, acks=all, holds back every
+            # write to them) until the controller fences it: 9 s by default. 6 s still
+            # leaves a loaded two-core machine room for GC and scheduling pauses.
+            props["broker.session.timeout.ms"] = str(BROKER_SESSION_TIMEOUT_MS)
+            props["broker.heartbeat.interval.ms"] = str(BROKER_SESSION_TIMEOUT_MS // 4)
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _java(self) -> str:
@@ -129,25 +178,33 @@ class KafkaBroker:
             artifacts.kafka_classpath(),
         ]
 
-    def start(self, artifacts: JvmArtifacts, *, timeout_s: float) -> int:
+    def launch(self, artifacts: JvmArtifacts, cluster_id: str | None = None) -> int:
+        """Start the node without waiting for it (a cluster's nodes need each other to
+        become ready); formats its storage on first start."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         config = self.state_dir / "server.properties"
         config.write_text(self.server_properties())
         (self.state_dir / "log4j2.properties").write_text(_LOG4J2)
-        if not (self.data_dir / "meta.properties").exists():
-            self._format(artifacts, config)
+        if not self.formatted:
+            self._format(artifacts, config, cluster_id or new_cluster_id())
         pid = start_daemon(
             [*self._jvm_args(artifacts, self.heap), MAIN_CLASS, str(config)],
             log_file=self.log_file,
             pid_file=self.pid_file,
         )
         log.info("kafka starting", extra={"pid": pid, "bootstrap": self.bootstrap})
+        return pid
+
+    def start(self, artifacts: JvmArtifacts, *, timeout_s: float) -> int:
+        pid = self.launch(artifacts)
         self.wait_ready(pid, timeout_s=timeout_s)
         return pid
 
-    def _format(self, artifacts: JvmArtifacts, config: Path) -> None:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    def _format(self, artifacts: JvmArtifacts, config: Path, cluster_id: str) -> None:
+        # A static quorum (voters in the config) is formatted as it is; a single node
+        # bootstraps a dynamic quorum of itself.
+        quorum = [] if self.voters else ["--standalone"]
         cmd = [
             *self._jvm_args(artifacts, "256m"),
             "kafka.tools.StorageTool",
@@ -156,14 +213,15 @@ class KafkaBroker:
             cluster_id,
             "-c",
             str(config),
-            "--standalone",
+            *quorum,
         ]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise StackError(f"formatting Kafka storage failed:\n{result.stdout}{result.stderr}")
 
     def wait_ready(self, pid: int, *, timeout_s: float) -> None:
-        """Block until the broker answers a metadata request (not a sleep)."""
+        """Block until this node is a registered, unfenced broker: it answers a metadata
+        request and lists itself (not a sleep)."""
         # Quiet: connection refusals are expected until the broker is up.
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
 
@@ -177,7 +235,7 @@ class KafkaBroker:
                 metadata = admin.list_topics(timeout=2)
             except Exception:  # KafkaException while the broker is still coming up
                 return False
-            return bool(metadata.brokers)
+            return self.node_id in metadata.brokers
 
         if not wait_until(answers, timeout_s=timeout_s, interval_s=0.3):
             raise StackError(
@@ -196,3 +254,128 @@ class KafkaBroker:
             stop_pid(pid, MAIN_CLASS, grace_s=60)
         self.pid_file.unlink(missing_ok=True)
         return running
+
+    def send_signal(self, sig: int = signal.SIGKILL) -> int:
+        """Send ``sig`` to the running node (a fault: SIGKILL, SIGSTOP, SIGCONT); its pid."""
+        pid = self.pid()
+        if pid is None:
+            raise StackError(f"{self.name} is not running")
+        os.kill(pid, sig)
+        return pid
+
+
+def new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+#: How long a dead node of a cluster keeps its partitions before the controller fences it.
+BROKER_SESSION_TIMEOUT_MS = 6000
+
+
+@dataclass(frozen=True)
+class KafkaCluster:
+    """``size`` KRaft nodes (one by default) and what the stack does with all of them."""
+
+    state_dir: Path  # the stack's state directory
+    host: str
+    port: int  # node 1's; node i adds 2 * (i - 1)
+    controller_port: int
+    heap: str
+    default_partitions: int
+    max_message_bytes: int = 16 * 1024 * 1024
+    size: int = 1
+
+    @property
+    def nodes(self) -> list[KafkaBroker]:
+        if self.size == 1:
+            return [self._node(1, self.state_dir / "kafka", ())]
+        voters = tuple((i, self.controller_port + 2 * (i - 1)) for i in range(1, self.size + 1))
+        return [self._node(i, self.state_dir / f"kafka-{i}", voters) for i, _ in voters]
+
+    def _node(self, node_id: int, state: Path, voters: tuple[tuple[int, int], ...]) -> KafkaBroker:
+        step = 2 * (node_id - 1)
+        return KafkaBroker(state, self.host, self.port + step, self.controller_port + step,
+                           self.heap, self.default_partitions, self.max_message_bytes,
+                           node_id, voters)  # fmt: skip
+
+    def node(self, node_id: int) -> KafkaBroker:
+        return self.nodes[node_id - 1]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    def ports(self, nodes: list[KafkaBroker]) -> dict[str, int]:
+        """The ports of ``nodes``, named for an error message."""
+        out = {}
+        for n in nodes:
+            suffix = f" ({n.name})" if self.size > 1 else ""
+            out[f"Kafka{suffix}"] = n.port
+            out[f"KRaft controller{suffix}"] = n.controller_port
+        return out
+
+    def pid(self) -> int | None:
+        """A live node's pid (the first), or None when no node runs."""
+        return next((p for p in (n.pid() for n in self.nodes) if p is not None), None)
+
+    def pids(self) -> dict[int, int | None]:
+        return {n.node_id: n.pid() for n in self.nodes}
+
+    def check_layout(self) -> None:
+        """Refuse to start a cluster of another size over formatted storage: the quorum's
+        voters are written into it."""
+        found = formatted_size(self.state_dir)
+        if found is not None and found != self.size:
+            raise StackError(
+                f"{self.state_dir} holds a {found}-node Kafka; start it with --brokers {found}, "
+                "or `anchorwatch stack down` and use another --state-dir (or delete it) for "
+                f"{self.size} node(s)"
+            )
+
+    def start_missing(self, artifacts: JvmArtifacts, *, timeout_s: float) -> list[str]:
+        """Start every node that is not running, then wait until each is a registered
+        broker; returns the names of the nodes started."""
+        self.check_layout()
+        nodes = [n for n in self.nodes if n.pid() is None]
+        if not nodes:
+            return []
+        # Every node of a new cluster is formatted with one id.
+        cluster_id = self._cluster_id()
+        launched = [(n, n.launch(artifacts, cluster_id)) for n in nodes]
+        deadline = time.monotonic() + timeout_s
+        for n, pid in launched:
+            n.wait_ready(pid, timeout_s=max(deadline - time.monotonic(), 1.0))
+        return [n.name for n, _ in launched]
+
+    def _cluster_id(self) -> str:
+        for n in self.nodes:
+            meta = n.data_dir / "meta.properties"
+            if meta.exists():
+                for line in meta.read_text().splitlines():
+                    if line.startswith("cluster.id="):
+                        return line.split("=", 1)[1].strip()
+        return new_cluster_id()
+
+    def stop(self) -> bool:
+        """Stop every node (all at once: a node waits for its quorum to shut down cleanly);
+        True if any was running."""
+        stopped = False
+        for n in self.nodes:
+            pid = n.pid()
+            if pid is not None:
+                os.kill(pid, signal.SIGTERM)
+        for n in self.nodes:
+            stopped = n.stop() or stopped
+        return stopped
+
+
+def formatted_size(state_dir: Path) -> int | None:
+    """How many nodes the Kafka storage under ``state_dir`` was formatted for (None: none)."""
+    if (state_dir / "kafka" / "data" / "meta.properties").exists():
+        return 1
+    for node in sorted(state_dir.glob("kafka-*/data/meta.properties")):
+        config = node.parent.parent / "server.properties"
+        for line in config.read_text().splitlines() if config.exists() else []:
+            if line.startswith("controller.quorum.voters="):
+                return len(line.split("=", 1)[1].split(","))
+    return None

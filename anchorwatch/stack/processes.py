@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -113,6 +114,69 @@ def stop_pid(pid: int, marker: str, *, grace_s: float = 30.0) -> bool:
         os.kill(pid, signal.SIGKILL)
     wait_until(lambda: not is_alive(pid, marker), timeout_s=10)
     return True
+
+
+def parent_pids() -> dict[int, int]:
+    """{pid: parent pid} of every process on the machine (from /proc)."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields:
+                out[int(entry.name)] = int(fields[1])
+    return out
+
+
+def processes_with_env(name: str, value: str) -> list[int]:
+    """Pids of the processes whose environment holds ``name=value`` (the ones this user may
+    read). An environment is inherited by every descendant and outlives their parents, so
+    it finds a daemon's children even once the daemon is gone."""
+    wanted = f"{name}={value}".encode()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if wanted in environ.split(b"\0") and _proc_state(int(entry.name)) not in ("Z", "X"):
+            out.append(int(entry.name))
+    return sorted(out)
+
+
+def stop_pids(pids: Sequence[int], *, grace_s: float = 10.0, marker: str | None = None) -> None:
+    """SIGTERM every pid, SIGKILL those still there after ``grace_s``. A pid counts as the
+    same process while its start time is (or, with ``marker``, while its cmdline has it)."""
+    started = {pid: _stat_fields(pid)[19:20] for pid in pids}
+
+    def alive(pid: int) -> bool:
+        if marker is not None:
+            return is_alive(pid, marker)
+        fields = _stat_fields(pid)
+        return bool(fields) and fields[19:20] == started[pid] and fields[0] not in ("Z", "X")
+
+    live = [p for p in pids if alive(p)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in live:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        if wait_until(functools.partial(_none_alive, alive, tuple(live)), timeout_s=grace_s):
+            return
+        live = [p for p in live if alive(p)]
+
+
+def _none_alive(alive: Callable[[int], bool], pids: tuple[int, ...]) -> bool:
+    return not any(map(alive, pids))
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """Fields of /proc/<pid>/stat after the command name: [state, ppid, ...]; [] if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    return stat.rsplit(")", 1)[1].split()
 
 
 def wait_until(check: Callable[[], bool], *, timeout_s: float, interval_s: float = 0.2) -> bool:

@@ -28,10 +28,27 @@ class TopicSpec:
     config: dict[str, str]
 
 
+def replication_for(brokers: int) -> tuple[int, int]:
+    """(replication factor, min.insync.replicas) of the topics on ``brokers`` nodes: three
+    copies with two in sync from three nodes on (one node may die and acks=all writes still
+    succeed), else a copy on every node and one in sync."""
+    factor = min(brokers, 3)
+    return factor, min_insync_replicas(factor)
+
+
+def min_insync_replicas(replication_factor: int) -> int:
+    return 2 if replication_factor >= 3 else 1
+
+
 def topic_specs(topics: TopicSettings) -> list[TopicSpec]:
     n = topics.partitions
-    # Every topic takes records up to the configured size, whatever the broker's default.
-    size = {"max.message.bytes": str(topics.max_message_bytes)}
+    # Every topic takes records up to the configured size, whatever the broker's default,
+    # and a write acknowledged by all in-sync replicas (acks=all) is on at least two nodes
+    # when there are three copies.
+    size = {
+        "max.message.bytes": str(topics.max_message_bytes),
+        "min.insync.replicas": str(min_insync_replicas(topics.replication_factor)),
+    }
     specs = [
         TopicSpec(topics.snapshots, n, {"retention.ms": str(_WEEK_MS)}),
         # Rejects are evidence: keep them longer than the data they were meant to be.
