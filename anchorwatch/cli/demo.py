@@ -117,7 +117,9 @@ def demo(ctx: click.Context, /, keep: bool, state_dir: Path, **opts: Any) -> Non
         click.echo(line)
     if keep:
         click.echo(
-            f"left running (stop: anchorwatch stack down; kill the pids in {run.run_dir}/*.pid):"
+            # The services first: they hang on to Kafka while it goes away.
+            f"left running (stop: kill the pids in {run.run_dir}/*.pid, "
+            "then anchorwatch stack down):"
         )
         for name, address in report.addresses.items():
             click.echo(f"  {name:<9} {address}")
