@@ -1,11 +1,11 @@
 """`anchorwatch demo` as a user runs it: the installed command in a subprocess, its exit
 status and what it prints, on its own Kafka + Flink session cluster.
 
-Two runs share one stack (each costs minutes of the machine's two cores):
+Two runs share one stack, started by the first (each costs minutes of two cores):
 
 - a run that must fail: a policy too slow for any incident (it opens one only after 30
   breaching windows in a row), on short traffic; it must miss every labelled incident
-  and exit 1. It starts the stack and its own local Slack and Jira;
+  and exit 1. It starts its own local Slack and Jira;
 - the default run, with "real" Slack and Jira settings in the environment: a Slack and a
   Jira this test starts as separate processes (they speak the real wire protocols and
   demand the credentials), so the demo must not start its own and every thread and
@@ -360,9 +360,9 @@ def integrations(setting: Setting) -> Integrations:
 
 
 @pytest.fixture(scope="module")
-def real(setting: Setting, failing: Command, integrations: Integrations) -> Command:
-    """The default demo, posting to the configured Slack and Jira (after the failing run,
-    whose stack it reuses)."""
+def real(setting: Setting, integrations: Integrations) -> Command:
+    """The default demo, posting to the configured Slack and Jira (on the stack the other
+    run left running, when it ran first)."""
     return demo(setting, env=integrations.env)
 
 
