@@ -433,9 +433,9 @@ class Engine:
         )
 
     def _progress(self, verdict: Verdict, changed: set[str], batch: _Batch) -> None:
-        """Open incidents of this verdict's type that it keeps in breach: follow their peak,
-        and post a progress update once ``update_interval_s`` (event time) has passed since
-        the last message."""
+        """Open incidents of this verdict's type that it keeps in breach (by each incident's
+        rule: ``BreachLevels``): follow their peak, and post a progress update once
+        ``update_interval_s`` (event time) has passed since the last message."""
         interval_ms = self._settings.alerting.update_interval_s * 1000
         w = verdict.window
         for incident_id in sorted(self._open_by_type.get(w.doc_type, ())):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import format_datetime
+from functools import partial
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -12,8 +13,8 @@ from prometheus_client import CollectorRegistry
 from anchorwatch.alerting.notify import (
     ManualClock,
     NotifyMetrics,
-    OneAttempt,
     Ok,
+    OneAttempt,
     Permanent,
     PermanentError,
     Retryable,
@@ -153,9 +154,7 @@ def test_metrics_count_attempts_waits_and_give_ups() -> None:
     with pytest.raises(RetryableError):
         policy.call(op, service="jira", operation="search")
 
-    def value(name: str, **labels: str) -> float:
-        got = registry.get_sample_value(name, labels)
-        return 0.0 if got is None else got
+    value = partial(_value, registry)
 
     assert value("anchorwatch_alerting_notify_attempts_total", service="jira", outcome="ok") == 1
     assert (
@@ -187,8 +186,7 @@ def test_one_attempt_calls_once_and_counts_it() -> None:
     assert len(calls) == 1
     assert caller.call(op, service="slack", operation="chat.postMessage") == "ok"
 
-    def value(name: str, **labels: str) -> float:
-        return registry.get_sample_value(name, labels) or 0.0
+    value = partial(_value, registry)
 
     assert value("anchorwatch_alerting_notify_attempts_total", service="slack", outcome="ok") == 1
     assert (
@@ -197,3 +195,7 @@ def test_one_attempt_calls_once_and_counts_it() -> None:
     )
     assert value("anchorwatch_alerting_notify_gave_up_total", service="slack") == 0
     assert value("anchorwatch_alerting_notify_seconds_count", service="slack") == 2
+
+
+def _value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, labels) or 0.0

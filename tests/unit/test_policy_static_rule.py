@@ -3,12 +3,10 @@ own figures, whatever the drift job's verdict (judged against a baseline) says."
 
 from __future__ import annotations
 
-from anchorwatch.contracts import WindowAggregate
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.static_rule import BreachLevels
 from anchorwatch.policy.window import StaticRule, judge_window, verdict_for
-
-T0 = 1_767_621_600_000
+from tests.unit.test_policy_window import window
 
 POLICY = PolicyConfig.from_mapping(
     {
@@ -25,20 +23,10 @@ POLICY = PolicyConfig.from_mapping(
 )
 
 
-def window(mean: float, requests: int = 50) -> WindowAggregate:
-    return WindowAggregate(
-        doc_type="invoice",
-        window_start_ms=T0,
-        window_end_ms=T0 + 60_000,
-        request_count=requests,
-        mean_drift=mean,
-    )
-
-
 def test_a_static_rule_judges_the_window_by_its_own_figures() -> None:
     # The job judged 0.92 clean (a lenient rule standing in for a baseline's threshold).
     verdict = verdict_for(
-        window(0.92), judge_window(window(0.92), None, StaticRule(0.99, 0.995)), "j"
+        window(0.92, 50), judge_window(window(0.92, 50), None, StaticRule(0.99, 0.995)), "j"
     )
     assert verdict.breach_level == "none"
     levels = BreachLevels(POLICY)
@@ -47,7 +35,7 @@ def test_a_static_rule_judges_the_window_by_its_own_figures() -> None:
 
 
 def test_other_rules_and_unknown_ones_take_the_verdicts_level() -> None:
-    verdict = verdict_for(window(0.97), judge_window(window(0.97), None), "j")
+    verdict = verdict_for(window(0.97, 50), judge_window(window(0.97, 50), None), "j")
     levels = BreachLevels(POLICY)
     assert levels.of("sustained", verdict) == "critical"
     assert levels.of("drift", verdict) == verdict.breach_level == "critical"
