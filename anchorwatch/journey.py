@@ -580,14 +580,16 @@ class Journey:
                     i for i, on in (("slack", self._slack_on()), ("jira", self._jira_on())) if on
                 ]
                 if not seen.announced and all((i, "opened") in done for i in want):
-                    seen.announced = True
+                    # Marked once printed: a pass that fails midway (the watcher ignores
+                    # it) must not lose the incident's line.
                     self._announce(seen, refs, row, clock)
+                    seen.announced = True
                 resolved = all((i, "resolved") in done for i in want)
                 if row.state == "resolved" and resolved and not seen.resolved and seen.announced:
-                    seen.resolved = True
                     windows = ((row.resolved_at_ms or 0) - row.opened_at_ms) // jp.MINUTE_MS
                     how = row.record.get("resolution") or "clean"
                     self.echo(f"  RESOLVED {row.doc_type:<20} after {windows} more windows ({how})")
+                    seen.resolved = True
         finally:
             store.close()
 
