@@ -234,13 +234,21 @@ class Baseline(_Contract):
         ge=0.0,
         lt=1.0,
         description="Lag-1 autocorrelation of the history's window means (0 when windows "
-        "are independent); pooled evidence is discounted by it. Absent: treated as 0.",
+        "are independent; for a wandering level under window noise, that of the AR(1) "
+        "series whose sums vary as much); pooled evidence is discounted by it. Absent: "
+        "treated as 0.",
     )
     significance: float | None = Field(
         default=None,
         gt=0.0,
         description="Standard errors by which a window smaller than min_requests must clear "
         "the threshold to count alone (the fit's policy figure). Absent: 3.",
+    )
+    extreme_threshold: Probability | None = Field(
+        default=None,
+        description="A judged window above this is beyond anything the history showed (its "
+        "highest window mean plus the margin, at least critical_threshold): it opens a "
+        "critical incident on its own. Absent: one window never does.",
     )
 
     @model_validator(mode="after")

@@ -162,6 +162,8 @@ def fit_baseline(
         min_requests = max(policy.min_requests_floor, math.ceil(needed - 1e-9))
     else:
         min_requests = policy.min_requests_floor
+    highest, allowance = _beyond_history(ws, center, hourly)
+    extreme = _clip(max(critical, center + highest + max(allowance, threshold - center)))
     baseline = Baseline(
         **common,
         status="fitted",
@@ -176,6 +178,7 @@ def fit_baseline(
         hourly_center=hourly,
         autocorrelation=phi,
         significance=policy.significance,
+        extreme_threshold=extreme,
     )
     return FitResult(baseline, tuple(notes))
 
@@ -221,12 +224,17 @@ def _clip(value: float) -> float:
 
 
 def _residuals(
-    ws: Sequence[WindowAggregate], center: float, hourly: Sequence[float] | None = None
+    ws: Sequence[WindowAggregate],
+    center: float,
+    hourly: Sequence[float] | None = None,
+    *,
+    scaled: bool = True,
 ) -> list[float]:
-    """Window residuals on the per-request scale: (mean - center) x sqrt(n)."""
+    """Window residuals, mean - center (the hour's center when seasonal), on the
+    per-request scale (x sqrt(n)) unless ``scaled`` is False."""
     return [
         (w.mean_drift - (hourly[hour_of_day(w.window_start_ms)] if hourly else center))
-        * math.sqrt(w.request_count)
+        * (math.sqrt(w.request_count) if scaled else 1.0)
         for w in ws
     ]
 
@@ -266,6 +274,30 @@ def _request_sigma(
     return max(mad_sigma, tail_sigma, grid)
 
 
+def _beyond_history(
+    ws: Sequence[WindowAggregate], center: float, hourly: Sequence[float] | None
+) -> tuple[float, float]:
+    """The history's highest window (above the center) and how far above it a new window
+    must be to be beyond anything the history showed.
+
+    A new window tops the highest of N exchangeable ones with probability 1/(N + 1). How
+    far it may top it follows from the tail: for one that decays like an exponential of
+    scale beta (estimated by the mean gap of the ``TAIL_WINDOWS`` highest windows above
+    the next one), by t with probability exp(-t / beta) / N: once in ~100 history lengths
+    at ``EXTREME_SPACINGS`` gaps. The fit asks for that allowance and for the margin
+    (a rise that matters), so heavy or skewed tails, with wide gaps, keep their own spikes
+    below it. All windows count, small ones too: a sparse type's noisy single windows set
+    it high."""
+    top = sorted(_residuals(ws, center, hourly, scaled=False))[-(TAIL_WINDOWS + 1) :]
+    if len(top) < 2:
+        return (top[-1] if top else 0.0), 0.0
+    gap = sum(top[1:]) / (len(top) - 1) - top[0]
+    return top[-1], EXTREME_SPACINGS * gap
+
+
+#: Gaps of the history's top windows by which a single window must top its highest to be
+#: beyond it: exp(-4.6) ~ 1/100.
+EXTREME_SPACINGS = 4.6
 #: The fewest windows beyond the tail quantile that the tail estimate rests on.
 TAIL_WINDOWS = 10
 #: Windows in a row beyond the cut that make an excursion sustained (an incident's shape).

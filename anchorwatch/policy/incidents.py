@@ -47,7 +47,7 @@ from anchorwatch.contracts import Baseline, DriftEvent, DriftEvidence, Reason, W
 from anchorwatch.contracts.models import DriftEventType, Severity, Verdict
 from anchorwatch.policy.config import PolicyConfig, RuleConfig
 from anchorwatch.policy.fitting import MIN_SPREAD, spread_at
-from anchorwatch.policy.window import Judgement, baseline_at, judge_window
+from anchorwatch.policy.window import BEYOND_HISTORY, Judgement, baseline_at, judge_window
 
 ChangeKind = Literal["opened", "updated", "resolved", "reopened"]
 EvidenceKind = Literal["window", "pooled"]
@@ -125,6 +125,17 @@ class _Slot:
     evidence: EvidenceKind | None  # for breaches: window or pooled-only
     window: WindowAggregate | None
     judgement: Judgement | None
+    # Pooled evidence over its limit, whether or not the window itself also breached.
+    pooled: bool = False
+
+    @property
+    def beyond_history(self) -> bool:
+        """A critical window beyond anything its type's history showed: enough alone."""
+        return (
+            self.state == "critical"
+            and self.judgement is not None
+            and any(r.code == BEYOND_HISTORY for r in self.judgement.reasons)
+        )
 
 
 def incident_id(policy_version: str, rule: str, doc_type: str, window_start_ms: int) -> str:
@@ -344,7 +355,7 @@ class IncidentTracker:
             state = "clean"
         else:
             state = "inconclusive"
-        return _Slot(start, end, state, evidence, window, judgement)
+        return _Slot(start, end, state, evidence, window, judgement, pooled_breach)
 
     def _pool(self, cusum: float, baseline: Baseline, window: WindowAggregate) -> float:
         """One CUSUM step. On correlated windows a sum of k of them varies R times more than
@@ -408,11 +419,17 @@ class IncidentTracker:
         if st.open is None:
             if slot.window is not None and doc_type in self._adapted:
                 self._settle(doc_type, rule, st, slot)
-            opens = breach and (
+            by_windows = (
                 st.run >= rule.open_after
                 or st.critical_run >= rule.open_after_critical
-                or slot.evidence == "pooled"
+                or slot.beyond_history
             )
+            # Pooled evidence over its limit opens at once, also on a window that breaches
+            # alone but has no run yet: a lower sensitivity, whose smaller margin makes
+            # such a window breach, must not wait where a higher one opens on the pool.
+            if breach and not by_windows and slot.pooled:
+                slot = replace(slot, evidence="pooled")
+            opens = breach and (by_windows or slot.pooled)
             return [self._open(doc_type, rule, st, slot)] if opens else []
         return self._update(doc_type, rule, st, slot)
 

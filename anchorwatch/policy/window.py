@@ -86,8 +86,16 @@ def baseline_at(baseline: Baseline, window_start_ms: int) -> Baseline:
     offset = center - baseline.center
     threshold = min(1.0, max(0.0, baseline.threshold + offset))
     critical = max(threshold, min(1.0, max(0.0, baseline.critical_threshold + offset)))
+    extreme = baseline.extreme_threshold
+    if extreme is not None:
+        extreme = max(critical, min(1.0, max(0.0, extreme + offset)))
     return baseline.model_copy(
-        update={"center": center, "threshold": threshold, "critical_threshold": critical}
+        update={
+            "center": center,
+            "threshold": threshold,
+            "critical_threshold": critical,
+            "extreme_threshold": extreme,
+        }
     )
 
 
@@ -141,6 +149,15 @@ def judge_window(
                 f"({n} requests)",
             )
         )
+        extreme = baseline.extreme_threshold if rule == "baseline" and baseline else None
+        if extreme is not None and mean > extreme:
+            reasons.append(
+                Reason(
+                    code=BEYOND_HISTORY,
+                    message=f"mean drift {mean:.3f} above {extreme:.3f}, beyond anything "
+                    "this type's history showed: one window is enough",
+                )
+            )
     elif mean > threshold:
         level = "warning"
         reasons.append(
@@ -155,6 +172,9 @@ def judge_window(
     return Judgement(rule, threshold, critical, min_requests, level, version, reasons)
 
 
+#: The reason code of a window beyond anything its type's history showed (see the fit):
+#: it opens a critical incident on its own.
+BEYOND_HISTORY = "beyond_history"
 #: Standard errors by which a small window must clear its threshold to count on its own,
 #: for baselines that do not carry the fit's ``significance``.
 SIGNIFICANCE = 3.0

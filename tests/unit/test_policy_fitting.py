@@ -232,6 +232,38 @@ def test_a_wandering_level_under_window_noise_is_measured_by_its_long_run_varian
     assert (b_iid.autocorrelation or 0.0) < 0.2
 
 
+def test_the_extreme_threshold_is_beyond_the_history_by_the_margin_and_its_tail() -> None:
+    """A window beyond anything the history showed: above its highest window by the margin
+    and by 4.6 mean gaps of its top windows (the tail's scale), and never below critical.
+    Heavy-tailed histories (Student-t, 3 degrees of freedom) keep their own spikes below
+    it: over five weeks after one-day fits, at most a couple of windows top it."""
+    rng = random.Random(11)
+    gauss = [w(i, 0.3 + rng.gauss(0.0, 0.01), 100) for i in range(1440)]
+    b, _ = fit(gauss, seasonality="off")
+    assert b.extreme_threshold is not None
+    highest = max(x.mean_drift for x in gauss)
+    margin = b.threshold - b.center
+    assert b.extreme_threshold >= highest + margin - 1e-9
+    assert b.extreme_threshold >= b.critical_threshold
+    # A light tail: 8 spreads (critical) are already beyond its highest window + margin.
+    assert b.extreme_threshold == pytest.approx(b.critical_threshold)
+
+    def student(count: int, seed: int) -> list[float]:
+        r = random.Random(seed)
+        return [
+            0.3 + 0.01 * r.gauss(0.0, 1.0) / math.sqrt(r.gammavariate(1.5, 2.0) / 3.0)
+            for _ in range(count)
+        ]
+
+    beyond = 0
+    for seed in range(5):
+        values = student(1440 + 7 * 1440, seed)
+        heavy, _ = fit([w(i, v, 100) for i, v in enumerate(values[:1440])], seasonality="off")
+        assert heavy.extreme_threshold is not None
+        beyond += sum(v > heavy.extreme_threshold for v in values[1440:])
+    assert beyond <= 2
+
+
 def test_a_type_that_runs_too_hot_to_rise_says_so() -> None:
     b, notes = fit(synthetic(500, center=0.98, sigma=0.01, rate=30), seasonality="off")
     assert b.threshold == 1.0

@@ -124,6 +124,28 @@ def test_by_default_one_critical_window_neither_opens_nor_escalates() -> None:
     assert kinds(changes) == [("opened", 1), ("updated", 5)]
 
 
+def test_one_window_beyond_anything_the_history_showed_opens_at_once() -> None:
+    """The fit's extreme threshold (the history's highest window plus the margin and a
+    tail allowance): one window above it opens a critical incident on its own. A critical
+    window below it does not, and an open incident does not escalate on one such window
+    (the people paged already know)."""
+    t = IncidentTracker(
+        PolicyConfig(rules=(RuleConfig(name="drift", pooling=False),)),
+        {"nda": baseline(extreme_threshold=0.60)},
+    )
+    assert feed(t, [CLEAN, CRIT, CLEAN, CLEAN]) == []  # critical, within the history
+    changes = feed(t, [0.65, CLEAN], start=4)
+    assert kinds(changes) == [("opened", 4)]
+    assert changes[0].incident.severity == "critical"
+    assert "beyond_history" in {r.code for r in changes[0].judgement.reasons}  # type: ignore[union-attr]
+    t = IncidentTracker(
+        PolicyConfig(rules=(RuleConfig(name="drift", pooling=False),)),
+        {"nda": baseline(extreme_threshold=0.60)},
+    )
+    assert kinds(feed(t, [WARN, WARN, 0.65, WARN])) == [("opened", 1)]
+    assert t.open_incidents()[0].severity == "warning"
+
+
 def test_resolving_needs_windows_back_near_normal_not_just_under_the_threshold() -> None:
     """Separate trigger and recovery levels: while open, windows between the recovery
     level (center + recovery_share x margin) and the threshold hold the incident; no flapping
@@ -355,7 +377,8 @@ def test_the_flink_jobs_verdict_is_used_as_judged() -> None:
 def test_hourly_baselines_move_the_threshold_with_the_hour() -> None:
     hourly = [0.30] * 24
     hourly[10] = 0.40  # 10h UTC runs hot every day (T0 is 08:00Z)
-    t = IncidentTracker(PolicyConfig(), {"nda": baseline(hourly_center=hourly)})
+    t = tracker()
+    t.set_baseline(baseline(hourly_center=hourly))
     assert feed(t, [0.42] * 5, start=2 * 60) == []  # within 0.05 of that hour's center
     assert kinds(feed(t, [0.42] * 2, start=3 * 60)) == [("opened", 3 * 60 + 1)]
 
@@ -384,6 +407,16 @@ def test_pooling_judges_small_windows_and_busy_independent_ones() -> None:
     for autocorrelation, n, mean in ((None, 40, just_under), (0.9, 8, 0.365)):
         [first] = opened(autocorrelation, n, mean)
         assert first.incident.evidence == "pooled"
+
+
+def test_pooled_evidence_opens_at_once_also_on_a_window_that_breaches_alone() -> None:
+    """Two windows just under the threshold bank evidence; the third breaches alone (a run
+    of one) and takes the pool over its limit: it opens, as it would have under a higher
+    sensitivity whose wider margin keeps that window under its threshold."""
+    t = IncidentTracker(PolicyConfig(rules=(RuleConfig(name="drift"),)), {"nda": baseline()})
+    changes = feed(t, [0.34, 0.34, 0.36])
+    assert kinds(changes) == [("opened", 2)]
+    assert changes[0].incident.evidence == "pooled"
 
 
 def test_one_spike_is_never_pooled_evidence_on_its_own() -> None:
