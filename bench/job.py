@@ -3,6 +3,7 @@ job over the same topic, in one run on this machine.
 
     .venv/bin/python bench/job.py --events 3000000 --rounds 3
     .venv/bin/python bench/job.py --events 2000000 --rounds 1 --event-rate 20   # replaying history
+    .venv/bin/python bench/job.py --events 3000000 --rounds 3 --dedup both      # dedup's cost
 
 1. Starts a private Kafka (free ports, temporary directory) and loads N realistic snapshot
    events (from the traffic generator, replayed with fresh ids and new event times).
@@ -17,7 +18,9 @@ job over the same topic, in one run on this machine.
    machine disturbs far less than wall time; and, from Java Flight Recorder samples of the
    same run, the CPU the job spends downstream of reading and parsing, as a share of the
    CPU spent reading and parsing: the cost of the job's logic, immune to machine load.
-   `--rounds` alternates the two jobs; medians and ratios are printed.
+   `--rounds` alternates the jobs; medians and ratios are printed. `--dedup both` also
+   runs the drift job without its event_id deduplication in the same rounds, and prints
+   what deduplicating costs.
 3. Latency: runs the drift job unbounded, and each second sends one event that moves the
    watermark past a window end; reports the time from that send until the window's verdict
    is readable on the verdicts topic (p50 / p99 / max).
@@ -99,6 +102,11 @@ def run_drift(settings: JobSettings, jar: Path) -> float:
     started = time.perf_counter()
     drift_job.run(settings, jar, bounded=True).wait()
     return time.perf_counter() - started
+
+
+def run_drift_without_dedup(settings: JobSettings, jar: Path) -> float:
+    job = settings.job.model_copy(update={"deduplicate": False})
+    return run_drift(settings.model_copy(update={"job": job}), jar)
 
 
 def topic_size(settings: JobSettings, topic: str) -> int:
@@ -281,7 +289,14 @@ def main() -> None:
         help="events per second of event time in the loaded stream (sets events per window)",
     )
     parser.add_argument("--latency-samples", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of both jobs")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of the jobs")
+    parser.add_argument(
+        "--dedup",
+        choices=("on", "off", "both"),
+        default="on",
+        help="the drift job with its event_id deduplication (as deployed), without, or both "
+        "side by side in the same rounds",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="aw-bench-job-") as tmp:
         stack = Stack(StackSettings.load(stack={
@@ -312,7 +327,11 @@ def bench(stack: Stack, args: Any) -> None:
     small, big = topics_with(1_000), topics_with(args.events)
     workdir = Path(args.workdir)
     n = args.events - 1_000
-    jobs = (("read-parse-discard", run_discard), ("drift job", run_drift))
+    jobs: list[tuple[str, Any]] = [("read-parse-discard", run_discard)]
+    if args.dedup in ("on", "both"):
+        jobs.append(("drift job", run_drift))
+    if args.dedup in ("off", "both"):
+        jobs.append(("drift job, no dedup", run_drift_without_dedup))
     rates: dict[str, list[float]] = {name: [] for name, _ in jobs}
     cpus: dict[str, list[float]] = {name: [] for name, _ in jobs}
     shares: dict[str, list[float]] = {name: [] for name, _ in jobs}
@@ -323,31 +342,37 @@ def bench(stack: Stack, args: Any) -> None:
             with Attribution(workdir) as samples:
                 wall, watch = measured(fn, big, jar)
             split = samples.split(drift_job.SNAPSHOTS)
-            rate = n / max(wall - fixed, 1e-9)
+            events_per_s = n / max(wall - fixed, 1e-9)
             cpu_us = (watch.cpu_s - fixed_watch.cpu_s) / n * 1e6
             share = split["logic"] / max(split["read+parse"], 1)
-            rates[name].append(rate)
+            rates[name].append(events_per_s)
             cpus[name].append(cpu_us)
             shares[name].append(share)
             print(
                 f"round {round_no} {name:<19} wall {wall:6.1f}s fixed {fixed:5.1f}s "
-                f"{rate:>10,.0f} events/s  {cpu_us:5.1f} CPU-µs/event  "
+                f"{events_per_s:>10,.0f} events/s  {cpu_us:5.1f} CPU-µs/event  "
                 f"logic/read+parse {split['logic']}/{split['read+parse']} samples = {share:.0%}  "
                 f"JVM peak RSS {watch.peak_rss / 2**20:,.0f} MiB  "
                 f"verdicts in topic {topic_size(big, big.topics.verdicts):,}",
                 flush=True,
             )
-    discard, drift = (statistics.median(rates[name]) for name, _ in jobs)
-    discard_cpu, drift_cpu = (statistics.median(cpus[name]) for name, _ in jobs)
-    discard_share, drift_share = (statistics.median(shares[name]) for name, _ in jobs)
-    print(f"median over {args.rounds} rounds: read-parse-discard {discard:,.0f} events/s, "
-          f"drift job {drift:,.0f} events/s = {drift / discard:.0%} of read-parse-discard; "
-          f"CPU per event {drift_cpu:.1f} vs {discard_cpu:.1f} µs "
-          f"({drift_cpu / discard_cpu - 1:+.0%})",
-          flush=True)  # fmt: skip
-    print(f"CPU samples in the same run: the drift job's logic costs {drift_share:.0%} on top of "
-          f"reading and parsing (read-parse-discard's sink and projection: {discard_share:.0%})",
-          flush=True)  # fmt: skip
+    med_rate, med_cpu, med_share = ({name: statistics.median(v[name]) for name, _ in jobs}
+                                    for v in (rates, cpus, shares))  # fmt: skip
+    ref = "read-parse-discard"
+    for name, _ in jobs[1:]:
+        r, c, sh = med_rate[name], med_cpu[name], med_share[name]
+        print(f"median over {args.rounds} rounds: {name} {r:,.0f} events/s = "
+              f"{r / med_rate[ref]:.0%} of read-parse-discard's {med_rate[ref]:,.0f}/s; "
+              f"CPU per event {c:.1f} vs {med_cpu[ref]:.1f} µs ({c / med_cpu[ref] - 1:+.0%}); "
+              f"CPU samples: its logic costs {sh:.0%} on top of reading and parsing "
+              f"(read-parse-discard's sink and projection: {med_share[ref]:.0%})",
+              flush=True)  # fmt: skip
+    if args.dedup == "both":
+        on, off = med_rate["drift job"], med_rate["drift job, no dedup"]
+        extra = med_cpu["drift job"] - med_cpu["drift job, no dedup"]
+        print(f"deduplication by event_id costs {1 - on / off:.0%} of the drift job's "
+              f"throughput ({on:,.0f} vs {off:,.0f} events/s) and {extra:+.1f} µs CPU per event",
+              flush=True)  # fmt: skip
     lat = latency(big, jar, args.latency_samples)
     if lat:
         q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else lat * 99

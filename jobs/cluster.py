@@ -73,6 +73,17 @@ class FlinkRest:
     def state(self, job_id: str) -> str:
         return str(self._call("GET", f"/jobs/{job_id}")["state"])
 
+    def running(self, job_id: str) -> bool:
+        """True when the job and every one of its tasks run (a job restarting after a lost
+        TaskManager reports RUNNING before its tasks are deployed again)."""
+        job = self._call("GET", f"/jobs/{job_id}")
+        vertices = job.get("vertices", [])
+        return (
+            job["state"] == "RUNNING"
+            and bool(vertices)
+            and all(v["status"] == "RUNNING" for v in vertices)
+        )
+
     def cancel(self, job_id: str) -> None:
         self._call("PATCH", f"/jobs/{job_id}?mode=cancel")
 

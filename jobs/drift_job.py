@@ -1,6 +1,8 @@
 """The drift job: per doc type, one-minute event-time windows judged against baselines.
 
     snapshots (Kafka, JSON) --SQL, per event, in the JVM-------------------------------.
+      valid    -> each event_id once (`deduplicate`: an id seen within                   |
+                  `dedup_retention_s` is dropped), then split by the watermark:          |
       on time  -> tumbling event-time windows per doc type: count, mean, max, p95,       |
                   stddev, anchors, data-quality shares, mean KL                          |
       late     -> tallied per doc type every `late_report_s` (processing time)           |
@@ -14,6 +16,9 @@
 Late events are not dropped silently: an event is late when the watermark has passed it
 (`CURRENT_WATERMARK`), which is exactly when the window operator would drop it; such events
 are counted and reported in the next verdict of their doc type (`window.late_count`).
+
+Counted once: a client retry or a producer resend can put an event on the topic twice;
+each event_id counts at most once, in windows and in the late tally (see ``events``).
 
 Delivery: Kafka sinks are at-least-once. Verdict ids are deterministic (doc type, window
 start, job version), so consumers deduplicate; exactly-once sinks would hold every verdict
@@ -56,7 +61,8 @@ from anchorwatch.policy.window import QualityLimits, StaticRule, judge_window, v
 log = logging.getLogger(__name__)
 
 #: Part of every verdict id: bump when a change alters verdicts for the same input.
-JOB_VERSION = "1"
+#: 2: each event_id counted once per window.
+JOB_VERSION = "2"
 
 SNAPSHOTS = "snapshots"
 BASELINES = "baselines"
@@ -254,6 +260,36 @@ def _reason_expression() -> str:
     return f"CASE {cases} END"
 
 
+#: The valid events, each event_id once when the job deduplicates.
+EVENTS = "valid_events"
+
+
+def events(t_env: StreamTableEnvironment, settings: JobSettings, valid: str) -> Any:
+    """The valid snapshot events, an event_id seen before dropped when ``deduplicate``.
+
+    Flink's deduplication keeping the first row by processing time: keyed by event_id, one
+    flag of state per id, its output insert-only and still carrying the event-time
+    attribute and watermarks, so windows and the on-time/late split downstream work as
+    before. A duplicate is dropped whether its first copy was on time or late, so the late
+    tally counts distinct late events. The flags expire after ``dedup_retention()``
+    (``table.exec.state.ttl``; no other operator of the job uses TTL state: windows are
+    cleared by the watermark). Invalid records are not deduplicated: every one is kept as
+    a dead letter."""
+    query = f"SELECT * FROM {SNAPSHOTS} WHERE {valid}"  # noqa: S608
+    o = settings.job
+    if not o.deduplicate:
+        return t_env.sql_query(query)
+    t_env.get_config().set("table.exec.state.ttl", f"{round(o.dedup_retention() * 1000)} ms")
+    return t_env.sql_query(
+        f"""
+        SELECT * FROM (
+          SELECT *, ROW_NUMBER() OVER (PARTITION BY event_id ORDER BY proc_time) AS occurrence
+          FROM ({query}))
+        WHERE occurrence = 1
+        """  # noqa: S608
+    )
+
+
 def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
     """Wire the whole job into one statement set (tables must be declared first).
 
@@ -269,9 +305,10 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
     )
     # Only validated integers, topic names ([a-zA-Z0-9._-]) and constant text are
     # interpolated into the SQL below.
+    t_env.create_temporary_view(EVENTS, events(t_env, settings, valid))
     # On time: the watermark has not passed the event, so the window operator will count it.
     on_time = "CURRENT_WATERMARK(event_time) IS NULL OR event_time > CURRENT_WATERMARK(event_time)"
-    query = f"SELECT * FROM {SNAPSHOTS} WHERE {valid} AND ({on_time})"  # noqa: S608
+    query = f"SELECT * FROM {EVENTS} WHERE {on_time}"  # noqa: S608
     t_env.create_temporary_view("on_time", t_env.sql_query(query))
     windows = t_env.sql_query(
         f"""
@@ -286,7 +323,9 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
           -- Exact percentile of drift rounded (half up) to 0.001: bounds the state to 1,001
           -- values. Arithmetic, not ROUND, which goes through BigDecimal for every event.
           PERCENTILE(CAST(mean_drift * 1000 + 0.5 AS BIGINT) / 1000E0, 0.95) AS p95_drift,
-          STDDEV_POP(mean_drift) AS stddev_drift,
+          -- STDDEV_POP is computed from sums; for equal values their rounding can leave a
+          -- variance just below zero, whose root is NaN, which no verdict may carry.
+          SQRT(GREATEST(VAR_POP(mean_drift), 0E0)) AS stddev_drift,
           SUM(CAST(anchor_count AS BIGINT)) AS anchor_count,
           AVG(CASE WHEN snapshot_status = 'disabled' THEN 1E0 ELSE 0E0 END) AS disabled_share,
           AVG(CASE WHEN anchor_count = 0 THEN 1E0 ELSE 0E0 END) AS zero_anchor_share,
@@ -311,8 +350,7 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
           CAST(NULL AS STRING) AS letter
         FROM TABLE(
           TUMBLE(
-            (SELECT * FROM {SNAPSHOTS}
-             WHERE {valid} AND event_time <= CURRENT_WATERMARK(event_time)),
+            (SELECT * FROM {EVENTS} WHERE event_time <= CURRENT_WATERMARK(event_time)),
             DESCRIPTOR(proc_time), {seconds(o.late_report_s)}))
         GROUP BY doc_type, window_start, window_end
         """  # noqa: S608

@@ -31,6 +31,18 @@ class JobOptions(Section):
         None,
         description="Checkpoint storage URI (file://, s3://...); unset: the cluster's default.",
     )
+    deduplicate: bool = Field(
+        True,
+        description="Count each event_id at most once (a retried batch cannot skew a window): "
+        "the job remembers every id for dedup_retention_s.",
+    )
+    dedup_retention_s: int | None = Field(
+        None,
+        ge=1,
+        le=86_400,
+        description="How long (processing time) an event_id is remembered; unset: the window "
+        "plus the watermark delay. State grows with events/s times this.",
+    )
     late_report_s: int = Field(
         10, ge=1, description="How often late events are tallied per doc type (processing time)."
     )
@@ -50,6 +62,13 @@ class JobOptions(Section):
         None,
         description="Python the Flink workers run the per-window code with; unset: this one.",
     )
+
+    def dedup_retention(self) -> float:
+        """Seconds an event_id is remembered: long enough for a duplicate that could still
+        land in an open window (the window plus the watermark delay), unless set."""
+        if self.dedup_retention_s is not None:
+            return float(self.dedup_retention_s)
+        return self.window_size_s + self.watermark_delay_ms / 1000
 
 
 class JobSettings(ServiceSettings):

@@ -211,6 +211,43 @@ def test_exact_windows_with_disorder_late_invalid_and_idle_partitions(
     assert all(dl.source.startswith(f"drift-job:{settings.topics.snapshots}/") for dl in letters)
 
 
+@pytest.mark.parametrize("deduplicate", [True, False])
+def test_a_retried_batch_is_counted_once(
+    streaming: Callable[..., JobSettings], deduplicate: bool
+) -> None:
+    settings = streaming(deduplicate=deduplicate)
+    batch = [e for m in range(2) for e in minute("invoice", m, [0.2, 0.4, 0.6])]
+    opener = event("invoice", T0 + 2 * MIN + 6_000, 0.1, 99)  # closes windows 0 and 1
+    # A client retrying a batch after a partial failure: all of it again, then part of it,
+    # each copy with the same event ids (other offsets, maybe other partitions).
+    publish(settings, batch)
+    publish(settings, batch)
+    # Window 2 holds equal figures, whose variance from sums can round below zero.
+    same = [event("invoice", T0 + 2 * MIN + 7_000 + i, 0.1, 90 + i) for i in range(2)]
+    publish(settings, [*batch[:2], opener, opener, *same])
+    first = wait_for(settings, has("invoice", 0, 1))
+    # A late event sent twice, and a window still open getting a duplicate.
+    late = event("invoice", T0 + 10_000, 0.99, 1000)
+    publish(settings, [late, late])
+    time.sleep(4)  # the late tally (every second, processing time) reaches the judge
+    publish(settings, [opener, event("invoice", T0 + 4 * MIN, 0.1, 98)])
+    verdicts = wait_for(settings, has("invoice", 2))
+
+    windows = windows_of(verdicts, "invoice")
+    if not deduplicate:
+        # Without deduplication, every copy counts (what a retried batch did before).
+        assert [windows[T0 + m * MIN].window.request_count for m in range(3)] == [8, 6, 5]
+        return
+    expected = flow.reference_windows([*batch, opener, *same], MIN)
+    closed = {k: w for k, w in expected.items() if k[1] <= T0 + 2 * MIN}
+    result = flow.compare(closed, [v.window for v in verdicts])
+    assert result.ok, result
+    assert len(verdicts) == len(closed) == 3
+    assert sorted(v.window.request_count for v in first) == [3, 3]
+    # The late event is tallied once too.
+    assert windows[T0 + 2 * MIN].window.late_count == 1
+
+
 def test_baselines_fallback_and_update_mid_stream(streaming: Callable[..., JobSettings]) -> None:
     settings = streaming()
     doc = "purchase_contract"
