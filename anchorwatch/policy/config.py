@@ -232,14 +232,6 @@ class PolicyConfig(Section):
         "excursions excluded): heavy-tailed, skewed or flat-with-spikes types get wider "
         "thresholds, never a spread of zero.",
     )
-    spread_confidence: float = Field(
-        0.9,
-        ge=0.5,
-        lt=1.0,
-        description="Short or autocorrelated histories are uncertain: the spread is raised to "
-        "this upper confidence bound, on the history's effective number of independent "
-        "windows (fewer when neighbouring windows are correlated). 0.5: no raise.",
-    )
     # ---- pooling: evidence from windows too small to judge alone
     pooling_shift: float = Field(
         0.5,
