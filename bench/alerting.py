@@ -19,6 +19,7 @@ this process, and runs `anchorwatch alerting serve` as its own process per confi
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -98,6 +99,9 @@ def service(
             "ANCHORWATCH_JIRA__ENABLED": "true",
             "ANCHORWATCH_JIRA__URL": jira.url,
             "ANCHORWATCH_LOG_LEVEL": "WARNING",
+            # One critical window opens an incident (the default policy waits for two): the
+            # latency timed is the service's, from the verdict that opens it.
+            "ANCHORWATCH_POLICY__RULES": json.dumps([{"name": "drift", "open_after_critical": 1}]),
         }
     )
     url = f"http://127.0.0.1:{port}"
