@@ -75,8 +75,10 @@ class RuleConfig(Section):
         ge=1,
         le=1440,
         description="Consecutive critical windows that open an incident (or escalate an "
-        "open one to critical). 2: a single window, however high, is never enough: real "
-        "series have heavy-tailed one-window spikes. Defaults to open_after when that is 1.",
+        "open one to critical). 2: a single critical window is not enough, real series have "
+        "heavy-tailed one-window spikes; only one beyond anything the type's history showed "
+        "(its baseline's extreme_threshold) opens alone. Defaults to open_after when that "
+        "is 1.",
     )
     resolve_after: int = Field(
         3, ge=1, le=1440, description="Consecutive clean windows that resolve an incident."

@@ -9,12 +9,19 @@ For each type, over its windows (request count n_i, mean drift m_i):
   per-request sigma; ``spread = sigma / sqrt(typical_request_count)``. A window of n requests
   then strays by ``spread * sqrt(typical / n)`` (see ``spread_at``): busy and sparse windows of
   the same type are judged on the same footing. Median and MAD ignore the incidents and
-  data-quality faults the history holds, as long as they cover under half of it.
+  data-quality faults the history holds, as long as they cover under half of it. The
+  history's upper tail and its value grid bound sigma from below (``_request_sigma``), and
+  a short or correlated history widens it to a prediction interval on its effective number
+  of windows (``spread_inflation``);
+- ``autocorrelation``: the phi of the AR(1) series whose sums of neighbouring windows vary
+  as much as the history's do (``long_run_ratio``); pooled evidence is judged on it;
 - ``threshold = max(center + max(sensitivity x spread, min_margin), threshold_floor)`` and
   ``critical_threshold`` alike with the critical figures, both capped at 1;
 - ``min_requests``: the smallest n whose standard error fits ``significance`` times into the
   margin ``threshold - center``, so one window alone is trusted only when its mean is precise
-  enough to mean something; at least ``min_requests_floor``.
+  enough to mean something; at least ``min_requests_floor``;
+- ``extreme_threshold``: beyond anything the history showed (``_beyond_history``): one
+  window above it is enough to open an incident.
 
 Types with fewer than ``min_windows`` windows are marked ``insufficient_history`` and carry
 the static rule's figures, which is what ``judge_window`` applies to them.

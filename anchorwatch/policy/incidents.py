@@ -16,20 +16,25 @@ Per doc type and rule, every window slot (one window length of event time) is cl
 An incident opens after ``open_after`` consecutive breaching slots (inconclusive slots
 neither count nor break a run, up to ``resolve_when_silent`` of them) (``open_after_critical``
 critical ones), or at once when pooled evidence crosses its limit (the limit is already
-evidence gathered over several windows). It resolves after ``resolve_after`` clean slots with
+evidence gathered over several windows) or a window is beyond anything its type's history
+showed (the baseline's extreme threshold). It resolves after ``resolve_after`` clean slots with
 no breach between them (inconclusive slots neither count nor break that run: sparse types
 resolve too), or after ``resolve_when_silent`` inconclusive slots in a row. Breaching again
 within ``reopen_within`` slots of resolving re-opens the same incident instead of a new one:
 a flapping type keeps one ticket. Severity only goes up while open (``updated``).
 
+A level shift that persists is accepted as the new normal (``_adapt``, resolution
+"adapted"), and given up again, silently, once the type is back down (``_settle``).
+
 Pooling (the evidence of sparse types): a one-sided CUSUM over the type's standardised window
 means. For a window of n requests with standard error se = ``spread_at(baseline, n)``,
 z = (mean - center) / se, and the shift to detect d = pooling_shift x (threshold - center) / se,
-the statistic S = max(0, S + d*z - d*d/2) is the log-likelihood ratio of "the type has risen
-by that shift" against "it has not", summed over requests. It crosses
-``pooling_threshold`` after a few requests of a real rise however they spread over windows,
-and stays near 0 on clean traffic. S is capped so that it falls back quickly once the
-evidence stops.
+the statistic S = max(0, S + z - d/2) is the log-likelihood ratio of "the type has risen by
+that shift" against "it has not" (divided by d), summed over windows. It crosses
+``pooling_threshold`` after a few windows of a real rise and stays near 0 on clean traffic.
+On correlated windows z is divided by sqrt(R), R the long-run variance ratio the fit measured
+(see ``_pool``), so a wandering level does not bank evidence. S is capped so that it falls
+back quickly once the evidence stops.
 
 Incident ids hash (policy version, rule, doc type, start of the opening window): the alerting
 service can post and ticket idempotently.
@@ -419,24 +424,27 @@ class IncidentTracker:
         if st.open is None:
             if slot.window is not None and doc_type in self._adapted:
                 self._settle(doc_type, rule, st, slot)
-            by_windows = (
-                st.run >= rule.open_after
-                or st.critical_run >= rule.open_after_critical
-                or slot.beyond_history
-            )
+            by_run = st.run >= rule.open_after or st.critical_run >= rule.open_after_critical
             # Pooled evidence over its limit opens at once, also on a window that breaches
             # alone but has no run yet: a lower sensitivity, whose smaller margin makes
             # such a window breach, must not wait where a higher one opens on the pool.
-            if breach and not by_windows and slot.pooled:
+            if breach and not by_run and not slot.beyond_history and slot.pooled:
                 slot = replace(slot, evidence="pooled")
-            opens = breach and (by_windows or slot.pooled)
-            return [self._open(doc_type, rule, st, slot)] if opens else []
+            opens = breach and (by_run or slot.beyond_history or slot.pooled)
+            # An incident opens critical only on open_after_critical critical windows in a
+            # row, the evidence escalating takes: a lower sensitivity, which may have an
+            # incident open already, would not escalate on less. So one window beyond the
+            # history, or a critical window ending a run of warnings, opens as a warning.
+            confirmed = st.critical_run >= rule.open_after_critical
+            return [self._open(doc_type, rule, st, slot, confirmed)] if opens else []
         return self._update(doc_type, rule, st, slot)
 
-    def _open(self, doc_type: str, rule: RuleConfig, st: _RunState, slot: _Slot) -> IncidentChange:
+    def _open(
+        self, doc_type: str, rule: RuleConfig, st: _RunState, slot: _Slot, confirmed: bool
+    ) -> IncidentChange:
         assert slot.judgement is not None
         assert st.run_start_ms is not None
-        severity: Severity = "critical" if slot.state == "critical" else "warning"
+        severity: Severity = "critical" if slot.state == "critical" and confirmed else "warning"
         evidence: EvidenceKind = slot.evidence or "window"
         st.clean_run = st.silent = 0
         recent = (

@@ -125,10 +125,10 @@ def test_by_default_one_critical_window_neither_opens_nor_escalates() -> None:
 
 
 def test_one_window_beyond_anything_the_history_showed_opens_at_once() -> None:
-    """The fit's extreme threshold (the history's highest window plus the margin and a
-    tail allowance): one window above it opens a critical incident on its own. A critical
-    window below it does not, and an open incident does not escalate on one such window
-    (the people paged already know)."""
+    """The fit's extreme threshold (the history's highest window plus the margin or a
+    tail allowance): one window above it opens an incident on its own, as a warning until
+    a second critical window confirms it (escalating takes that too). A critical window
+    below it does not open, and an open incident does not escalate on one such window."""
     t = IncidentTracker(
         PolicyConfig(rules=(RuleConfig(name="drift", pooling=False),)),
         {"nda": baseline(extreme_threshold=0.60)},
@@ -136,7 +136,7 @@ def test_one_window_beyond_anything_the_history_showed_opens_at_once() -> None:
     assert feed(t, [CLEAN, CRIT, CLEAN, CLEAN]) == []  # critical, within the history
     changes = feed(t, [0.65, CLEAN], start=4)
     assert kinds(changes) == [("opened", 4)]
-    assert changes[0].incident.severity == "critical"
+    assert changes[0].incident.severity == "warning"
     assert "beyond_history" in {r.code for r in changes[0].judgement.reasons}  # type: ignore[union-attr]
     t = IncidentTracker(
         PolicyConfig(rules=(RuleConfig(name="drift", pooling=False),)),
@@ -144,6 +144,7 @@ def test_one_window_beyond_anything_the_history_showed_opens_at_once() -> None:
     )
     assert kinds(feed(t, [WARN, WARN, 0.65, WARN])) == [("opened", 1)]
     assert t.open_incidents()[0].severity == "warning"
+    assert kinds(feed(t, [0.65, CRIT], start=4)) == [("updated", 5)]
 
 
 def test_resolving_needs_windows_back_near_normal_not_just_under_the_threshold() -> None:
