@@ -84,6 +84,14 @@ class FlinkRest:
             and all(v["status"] == "RUNNING" for v in vertices)
         )
 
+    def task_managers_of(self, job_id: str) -> set[str]:
+        """Resource ids of the TaskManagers the job's tasks are deployed on."""
+        out = set()
+        for vertex in self._call("GET", f"/jobs/{job_id}").get("vertices", []):
+            detail = self._call("GET", f"/jobs/{job_id}/vertices/{vertex['id']}/taskmanagers")
+            out |= {str(tm["taskmanager-id"]) for tm in detail.get("taskmanagers", [])}
+        return out
+
     def cancel(self, job_id: str) -> None:
         self._call("PATCH", f"/jobs/{job_id}?mode=cancel")
 

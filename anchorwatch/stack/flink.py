@@ -285,7 +285,13 @@ class FlinkCluster:
         they inherit, so also when their TaskManager is gone."""
         daemons = {p for pids in self.pids().values() for p in pids}
         found = processes_with_env("FLINK_CONF_DIR", str(self.conf_dir))
-        return [p for p in found if p not in daemons and p != os.getpid()]
+        # Never this process or its ancestors: a shell that exported FLINK_CONF_DIR to use
+        # Flink's CLI against this cluster must survive `stack down`.
+        parents, ours = parent_pids(), {os.getpid()}
+        pid = os.getpid()
+        while (pid := parents.get(pid, 0)) > 1:
+            ours.add(pid)
+        return [p for p in found if p not in daemons and p not in ours]
 
     def orphaned_workers(self) -> list[int]:
         """Python workers whose TaskManager is no longer alive (killed -9)."""

@@ -321,6 +321,36 @@ class KafkaCluster:
     def pids(self) -> dict[int, int | None]:
         return {n.node_id: n.pid() for n in self.nodes}
 
+    def leader_of(self, topic: str, partition: int = 0, *, timeout_s: float = 10) -> int:
+        """The node id leading ``topic``'s ``partition`` (-1 while it has no leader)."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        metadata = admin.list_topics(topic, timeout=timeout_s)
+        return int(metadata.topics[topic].partitions[partition].leader)
+
+    def under_replicated(self, *, timeout_s: float = 10) -> list[tuple[str, int]]:
+        """(topic, partition) of every partition whose in-sync replicas are fewer than its
+        replicas: after a node comes back, its copies catch up before this is empty."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        metadata = admin.list_topics(timeout=timeout_s)
+        return sorted(
+            (name, p.id)
+            for name, t in metadata.topics.items()
+            for p in t.partitions.values()
+            if len(p.isrs) < len(p.replicas)
+        )
+
+    def wait_in_sync(self, *, timeout_s: float = 120) -> None:
+        """Block until no partition is under-replicated (every copy caught up)."""
+
+        def in_sync() -> bool:
+            try:
+                return not self.under_replicated()
+            except Exception:  # KafkaException while a node is still coming up
+                return False
+
+        if not wait_until(in_sync, timeout_s=timeout_s, interval_s=0.5):
+            raise StackError(f"partitions still under-replicated: {self.under_replicated()}")
+
     def check_layout(self) -> None:
         """Refuse to start a cluster of another size over formatted storage: the quorum's
         voters are written into it."""

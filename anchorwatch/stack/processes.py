@@ -45,6 +45,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def free_port_block(count: int, host: str = "127.0.0.1") -> int:
+    """The first of ``count`` consecutive ports that are free now (a cluster's nodes take
+    consecutive ports from the configured ones)."""
+    for _ in range(200):
+        base = free_port(host)
+        if base + count <= 65535 and not any(port_in_use(host, base + i) for i in range(count)):
+            return base
+    raise StackError(f"no {count} consecutive free ports on {host}")
+
+
 def cmdline(pid: int) -> str:
     try:
         return (

@@ -192,3 +192,22 @@ def test_processes_are_found_by_environment_and_stopped_with_their_start_time() 
     finally:
         for p in [*procs, ignores_term]:
             p.kill()
+
+
+def test_the_caller_and_its_shell_are_never_taken_for_workers(tmp_path: Path) -> None:
+    # A shell that exported FLINK_CONF_DIR to use Flink's CLI against this cluster, running
+    # the lookup (as `stack down` would run in it): neither is a worker to stop.
+    cluster = FlinkCluster(tmp_path, "127.0.0.1", 18081, 16123, 1, "1024m", "1536m")
+    code = (
+        "import os; from pathlib import Path; from anchorwatch.stack.flink import FlinkCluster; "
+        f"c = FlinkCluster(Path({str(tmp_path)!r}), '127.0.0.1', 1, 2, 1, '1g', '1g'); "
+        "print(os.getppid(), os.getpid(), c.python_workers())"
+    )
+    env = {**os.environ, "FLINK_CONF_DIR": str(cluster.conf_dir)}
+    out = subprocess.run(
+        ["bash", "-c", f"{sys.executable} -c {code!r}; true"],
+        env=env, capture_output=True, text=True, check=True,
+    ).stdout.split(maxsplit=2)  # fmt: skip
+    shell, caller, workers = int(out[0]), int(out[1]), out[2].strip()
+    assert shell != caller
+    assert workers == "[]"
