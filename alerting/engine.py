@@ -382,6 +382,24 @@ class Engine:
             )
         return seq + 1
 
+    def _enqueue_change(
+        self,
+        batch: _Batch,
+        incident_id: str,
+        seq: int,
+        kind: str,
+        payload: dict[str, Any],
+        event: dict[str, Any] | None = None,
+    ) -> int:
+        """The entries of one change, then each integration's follow-up of that kind (its
+        own seq, after them); the next seq."""
+        seq = self._enqueue(batch, incident_id, seq, kind, payload, event)
+        for integration in self._integrations:
+            then = integration.then.get(kind)
+            if then and integration.then_if(self._settings, payload):
+                seq = self._enqueue(batch, incident_id, seq, then, payload, only=integration.name)
+        return seq
+
     def _apply(self, change: IncidentChange, batch: _Batch) -> None:
         inc = change.incident
         if self.refit is not None:
@@ -395,12 +413,7 @@ class Engine:
         event = drift_event(change, batch.write.now_ms).model_dump(mode="json", exclude_none=True)
         forced = change.kind in ("updated", "reopened")
         payload = notification_payload(view, history, force_comment=forced)
-        seq = self._enqueue(batch, inc.incident_id, seq, change.kind, payload, event)
-        for integration in self._integrations:
-            if then := integration.then.get(change.kind):
-                seq = self._enqueue(
-                    batch, inc.incident_id, seq, then, payload, only=integration.name
-                )
+        seq = self._enqueue_change(batch, inc.incident_id, seq, change.kind, payload, event)
         resolved = change.kind == "resolved"
         new_row = IncidentRow(
             incident_id=inc.incident_id,
@@ -461,7 +474,7 @@ class Engine:
                     dashboard_url=self._settings.routing.dashboard_url(row.doc_type),
                 )
                 payload = notification_payload(view, self._history(row.doc_type, w.window_start_ms))
-                seq = self._enqueue(batch, incident_id, row.next_seq, "progress", payload)
+                seq = self._enqueue_change(batch, incident_id, row.next_seq, "progress", payload)
                 new_row = replace(new_row, next_seq=seq, last_update_window_ms=w.window_start_ms)
             batch.rows[incident_id] = new_row
             self._set_open(new_row)

@@ -26,7 +26,7 @@ from typing import cast
 from anchorwatch.alerting.integrations.base import BatchSender, Delivered, Sender
 from anchorwatch.alerting.notify import NotifyError, RetryPolicy
 from anchorwatch.alerting.service_metrics import ServiceMetrics
-from anchorwatch.alerting.store import OutboxEntry, Store
+from anchorwatch.alerting.store import FOLLOW_UPS, OutboxEntry, Store
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +175,9 @@ class Drainer:
         try:
             if entry.kind == "progress" and self._store.has_later_update(entry):
                 self._finish(entry, Delivered("superseded"))
+                return
+            if entry.kind in FOLLOW_UPS and self._store.outcome_before(entry) == "superseded":
+                self._finish(entry, Delivered("superseded"))  # the chart of a skipped update
                 return
             if entry.status == "attempting":
                 found = sender.reconcile(entry)

@@ -36,7 +36,10 @@ FILENAME: Final = "alerting.sqlite3"
 
 #: An integration's name (``integrations/registry.py`` holds them; the store does not care).
 Integration = str
-Action = Literal["open", "update", "resolve"]
+Action = Literal["open", "update", "resolve", "chart"]
+#: Kinds of entry that go with the entry before them (an update's chart): superseded with
+#: it, and no reason to keep an earlier update.
+FOLLOW_UPS: Final = ("chart",)
 Status = Literal["pending", "attempting", "done", "failed"]
 
 
@@ -371,13 +374,24 @@ class Store:
 
     def has_later_update(self, entry: OutboxEntry) -> bool:
         """Whether a later progress update of the same incident waits behind ``entry``
-        with nothing else in between (so ``entry`` can be superseded by it)."""
+        with nothing else in between but follow-ups (so ``entry`` can be superseded by it)."""
         row = self._db.execute(
             "SELECT kind FROM outbox WHERE integration = ? AND incident_id = ? AND seq > ? "
-            "AND status IN ('pending', 'attempting') ORDER BY seq LIMIT 1",
-            (entry.integration, entry.incident_id, entry.seq),
+            "AND status IN ('pending', 'attempting') "
+            "AND kind NOT IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT 1",
+            (entry.integration, entry.incident_id, entry.seq, _dumps(FOLLOW_UPS)),
         ).fetchone()
         return row is not None and row[0] == "progress"
+
+    def outcome_before(self, entry: OutboxEntry) -> str | None:
+        """The outcome of the same incident's entry just before ``entry`` for its
+        integration (None: none, or not finished)."""
+        row = self._db.execute(
+            "SELECT outcome FROM outbox WHERE integration = ? AND incident_id = ? AND seq < ? "
+            "ORDER BY seq DESC LIMIT 1",
+            (entry.integration, entry.incident_id, entry.seq),
+        ).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
 
     def mark_attempting(self, entry_ids: Iterable[int], now_ms: int) -> None:
         with self._tx() as db:

@@ -4,7 +4,8 @@
 Faults: ``POST /_local/faults`` with one fault or a list (``method``: the protocol's name
 of a call, ``*`` for any; ``status``, ``retry_after``, ``times`` (-1 for ever), ``error``,
 ``body`` replacing the answer, ``disconnect`` to drop the connection unanswered, with
-``after`` once the call was carried out: a response lost on the way back);
+``after`` once the call was carried out: a response lost on the way back; ``skip`` to let
+that many matching calls through first);
 ``GET /_local/faults`` lists them, ``DELETE /_local/faults`` clears them. A faulted call is
 answered by ``LocalServer.faulted``: the parts every protocol shares (the disconnect, the
 ``Retry-After`` header, a ``body`` override) here, the protocol's own error body in its
@@ -68,6 +69,7 @@ class Fault:
     disconnect: bool = False
     after: bool = False  # with disconnect: carry the call out first, then drop the answer
     hide_transition: str | None = None  # local Jira only: a workflow without this transition
+    skip: int = 0  # matching calls let through before this fault applies
 
     @classmethod
     def parse(cls, spec: Any) -> Fault:
@@ -81,6 +83,8 @@ class Fault:
             raise ValueError("status: an HTTP status code")
         if not isinstance(fault.times, int) or fault.times == 0 or fault.times < -1:
             raise ValueError("times: a positive count, or -1 for ever")
+        if not isinstance(fault.skip, int) or fault.skip < 0:
+            raise ValueError("skip: a count of calls, 0 or more")
         return fault
 
 
@@ -107,6 +111,9 @@ class Faults:
         with self._lock:
             for fault in self._faults:
                 if fault.method in ("*", method) and kind(fault):
+                    if fault.skip > 0:
+                        fault.skip -= 1
+                        continue
                     if fault.times > 0:
                         fault.times -= 1
                         if fault.times == 0:

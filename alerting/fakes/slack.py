@@ -3,7 +3,9 @@ with failure injection. For tests and for seeing messages without a Slack worksp
 
 Web API (``POST /api/<method>``, form or JSON body, token as ``Authorization: Bearer``):
 ``auth.test``, ``chat.postMessage``, ``chat.update``, ``files.getUploadURLExternal``,
-``files.completeUploadExternal``, plus the upload URL it hands out (``POST /upload/v1/<id>``,
+``files.completeUploadExternal``, ``conversations.history`` and ``conversations.replies``
+(file shares listed with their files' id, name and title, as Slack lists them), plus the
+upload URL it hands out (``POST /upload/v1/<id>``,
 raw bytes). Errors look like Slack's: HTTP 200 with ``{"ok": false, "error": ...}``, 429
 with ``Retry-After`` and ``{"ok": false, "error": "ratelimited"}``.
 Incoming webhooks: ``POST /services/T.../B.../X...`` (JSON), answering ``ok`` or Slack's
@@ -157,11 +159,17 @@ class LocalSlack(LocalServer):
         self._record(method, 200, error)
         return Response.json({"ok": False, "error": error})
 
-    @staticmethod
-    def _shown(m: dict[str, Any], metadata: bool) -> dict[str, Any]:
+    def _shown(self, m: dict[str, Any], metadata: bool) -> dict[str, Any]:
         out = {k: m[k] for k in ("type", "ts", "text", "blocks")}
         if m.get("thread_ts"):
             out["thread_ts"] = m["thread_ts"]
+        if m.get("files"):  # a file share lists its files, as Slack's history does
+            out["subtype"] = m.get("subtype")
+            out["files"] = [
+                {k: self.files[f].get(k) for k in ("id", "name", "title")}
+                for f in m["files"]
+                if f in self.files
+            ]
         if metadata and isinstance(m["params"].get("metadata"), dict):
             out["metadata"] = m["params"]["metadata"]
         return out

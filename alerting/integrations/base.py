@@ -79,8 +79,10 @@ class Integration:
     #: What its entries carry: the notification payload (``payload.py``) or the drift event.
     carries: Literal["notification", "event"] = "notification"
     #: After a change of this kind, a second entry of that kind (Jira: a reopened ticket
-    #: gets a comment saying why).
+    #: gets a comment saying why; Slack: an update's chart), when ``then_if`` says so for
+    #: these settings and the change's payload.
     then: Mapping[str, str] = field(default_factory=dict)
+    then_if: Callable[[AlertingSettings, dict[str, Any]], bool] = lambda settings, payload: True
 
 
 def missing(integration: str, action: str, what: str) -> PermanentError:

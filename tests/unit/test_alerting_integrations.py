@@ -12,6 +12,7 @@ from anchorwatch.alerting.integrations import registry
 from anchorwatch.alerting.settings import AlertingSettings
 
 KINDS = {"opened", "reopened", "updated", "progress", "resolved"}
+FOLLOW_UPS = {"chart"}  # entries an integration writes after a change's own
 
 
 def settings(
@@ -34,13 +35,31 @@ def test_the_settings_turn_integrations_on(tmp_path: Path) -> None:
 
 def test_every_integration_acts_on_known_kinds_with_known_actions() -> None:
     for integration in registry.INTEGRATIONS:
-        assert set(integration.actions) <= KINDS, integration.name
-        assert set(integration.actions.values()) <= {"open", "update", "resolve"}
+        assert set(integration.actions) <= KINDS | FOLLOW_UPS, integration.name
+        assert set(integration.actions.values()) <= {"open", "update", "resolve", "chart"}
         assert set(integration.then) <= set(integration.actions)
         assert set(integration.then.values()) <= set(integration.actions)
+        # A follow-up is written only after a change, never for one.
+        assert not FOLLOW_UPS & set(integration.then)
     # Progress updates are for people, not for the drift-events topic.
     assert "progress" not in registry.BY_NAME["events"].actions
     assert registry.BY_NAME["jira"].then == {"reopened": "updated"}
+    # Every Slack update in a thread is followed by its chart.
+    slack = registry.BY_NAME["slack"]
+    assert {k for k, a in slack.actions.items() if a == "update"} == set(slack.then)
+    assert set(slack.then.values()) == {"chart"}
+
+
+def test_charts_follow_updates_only_when_the_settings_draw_them(tmp_path: Path) -> None:
+    slack = registry.BY_NAME["slack"]
+    history = {"history": [[0, 60_000, 0.9, 0.85, 10]]}
+    bot = settings(tmp_path, slack={"mode": "bot", "bot_token": "xoxb-x"})
+    assert slack.then_if(bot, history)
+    assert not slack.then_if(bot, {"history": []})  # nothing to draw
+    off = settings(tmp_path, slack={"mode": "bot", "bot_token": "xoxb-x", "charts": False})
+    assert not slack.then_if(off, history)
+    hook = settings(tmp_path, slack={"mode": "webhook", "webhook_url": "https://h.example/x"})
+    assert not slack.then_if(hook, history)
 
 
 def test_rates_come_from_the_settings(tmp_path: Path) -> None:

@@ -279,6 +279,13 @@ def assert_one_clean_lifecycle(
     assert progressed in replies[1]
     assert replies[2].startswith("Resolved")
     assert parent["text"].startswith("[CRITICAL] Drift resolved")  # edited in place
+    if h.settings.slack.charts:
+        # Each update's chart once, right after its reply, whatever cut the two apart.
+        thread = slack_threads(slack.messages)[parent["ts"]]
+        shape = ["chart" if m.get("files") else m["text"].split(" ")[0] for m in thread]
+        assert shape == ["Update", "chart", "Update", "chart", "Resolved:"], shape
+        names = [slack.files[f]["name"] for m in thread for f in m.get("files", [])]
+        assert len(set(names)) == 2, names
     tickets = [i for i in issues(jira) if label in i["fields"]["labels"]]
     assert len(tickets) == 1
     comments = tickets[0]["comments"]
@@ -315,7 +322,7 @@ def test_lifecycle_open_escalate_progress_resolve(
     assert h.value("anchorwatch_alerting_verdicts_total", outcome="processed") == 9
     assert (
         h.value("anchorwatch_alerting_notifications_total", integration="slack", outcome="sent")
-        == 4
+        == 6  # four messages, two charts
     )
     assert (
         h.value("anchorwatch_alerting_notifications_total", integration="jira", outcome="sent") == 4
@@ -324,7 +331,7 @@ def test_lifecycle_open_escalate_progress_resolve(
     assert h.value("anchorwatch_alerting_window_mean_drift", doc_type="medical_report") == 0.5
     assert h.value("anchorwatch_alerting_threshold", doc_type="medical_report") == 0.85
     assert (
-        h.value("anchorwatch_alerting_notification_latency_seconds_count", integration="slack") == 4
+        h.value("anchorwatch_alerting_notification_latency_seconds_count", integration="slack") == 6
     )
 
 
@@ -381,13 +388,18 @@ def test_replays_stale_and_invalid_verdicts_are_skipped(tmp_path: Path, clock: M
 # --------------------------------------------------------------------------- crashes
 
 
+#: Slack's sends, in order: 1 parent, 2 escalation reply, 3 its chart, 4 progress reply,
+#: 5 its chart, 6 resolution.
 CRASHES = [
     "batch_before_commit@1",
     "batch_before_commit@2",
     "send_before:slack@1",
     "send_after:slack@1",  # parent posted, not recorded
-    "send_after:slack@2",  # escalation reply posted (and chart), not recorded
-    "send_after:slack@4",  # resolution posted, not recorded
+    "send_after:slack@2",  # escalation reply posted, not recorded; its chart not uploaded
+    "send_before:slack@3",  # the chart's entry marked attempting, nothing uploaded
+    "send_after:slack@3",  # chart uploaded, not recorded
+    "send_after:slack@4",  # progress reply posted, its chart not uploaded
+    "send_after:slack@6",  # resolution posted, not recorded
     "send_before:jira@2",
     "send_after:jira@1",  # ticket created, not recorded
     "send_after:jira@2",  # comment written, not recorded
@@ -481,6 +493,69 @@ def test_an_ambiguous_failure_is_reconciled_before_it_is_retried(
         == 2
     )
     assert sum(r["outcome"] == "reconciled" for r in h.store.outbox_rows()) == 5
+
+
+@pytest.mark.parametrize(
+    ("method", "skip"),
+    [
+        ("chat.postMessage", 1),  # the escalation reply posted, its answer lost
+        ("files.completeUploadExternal", 0),  # the chart shared, the answer lost
+        ("files.getUploadURLExternal", 0),  # nothing uploaded, the answer lost
+    ],
+)
+def test_a_lost_response_between_a_reply_and_its_chart_loses_no_chart(
+    tmp_path: Path,
+    slack: LocalSlackWithHistory,
+    jira: LocalJira,
+    clock: ManualClock,
+    method: str,
+    skip: int,
+) -> None:
+    """Each update's chart is its own outbox entry: found again in the thread by its file
+    name when its answer was lost, uploaded when it never landed, never uploaded twice."""
+    requests.post(
+        f"{slack.url}/_local/faults",
+        json={"method": method, "disconnect": True, "after": True, "skip": skip},
+        timeout=5,
+    ).raise_for_status()
+    h = Harness(settings_for(tmp_path, slack, jira), clock)
+    h.publish(lifecycle("medical_report"))
+    h.run()
+    assert_one_clean_lifecycle(h, slack, jira, "medical_report")  # two charts, once each
+    assert requests.get(f"{slack.url}/_local/faults", timeout=5).json()["faults"] == []
+    charts = [r for r in h.store.outbox_rows() if r["action"] == "chart"]
+    found = [r["outcome"] for r in charts]
+    assert found == (["reconciled", "sent"] if method.startswith("files.c") else ["sent"] * 2)
+
+
+def test_a_superseded_progress_update_takes_its_chart_with_it(
+    tmp_path: Path, slack: LocalSlackWithHistory, clock: ManualClock
+) -> None:
+    settings = settings_for(tmp_path, slack, None, update_interval_s=60)
+    h = Harness(settings, clock)
+    h.publish(lifecycle("invoice")[:4])  # opened, escalated
+    h.run()
+    h.publish([verdict("invoice", m, 0.95) for m in range(4, 8)])  # four progress updates
+    h.consume()
+    h.run()
+    rows = [r for r in h.store.outbox_rows() if r["integration"] == "slack"]
+    progress = [(r["action"], r["outcome"]) for r in rows if r["kind"] in ("progress", "chart")]
+    # The escalation's chart, then three progress updates skipped with their charts and
+    # the last one posted with its chart.
+    assert progress == [
+        ("chart", "sent"),
+        *[("update", "superseded"), ("chart", "superseded")] * 3,
+        ("update", "sent"),
+        ("chart", "sent"),
+    ]
+    thread = slack_threads(slack.messages)
+    (replies,) = thread.values()
+    assert ["chart" if m.get("files") else m["text"][:6] for m in replies] == [
+        "Update",
+        "chart",
+        "Update",
+        "chart",
+    ]
 
 
 def test_the_drainer_alone_retries_a_failed_call(
@@ -656,16 +731,23 @@ def test_dry_run_logs_what_it_would_send_and_sends_nothing(
         i: [(w["kind"], w["action"]) for w in would if w["integration"] == i]
         for i in ("slack", "jira", "events")
     }
-    assert (
-        per_integration["slack"]
-        == per_integration["jira"]
-        == [
-            ("opened", "open"),
-            ("updated", "update"),
-            ("progress", "update"),
-            ("resolved", "resolve"),
-        ]
-    )
+    assert per_integration["jira"] == [
+        ("opened", "open"),
+        ("updated", "update"),
+        ("progress", "update"),
+        ("resolved", "resolve"),
+    ]
+    assert per_integration["slack"] == [
+        ("opened", "open"),
+        ("updated", "update"),
+        ("chart", "chart"),
+        ("progress", "update"),
+        ("chart", "chart"),
+        ("resolved", "resolve"),
+    ]
+    charts = [w["would_send"] for w in would if w["action"] == "chart"]
+    assert [c["windows"] for c in charts] == [4, 6]
+    assert all(c["chart"].startswith("drift-") for c in charts)
     assert per_integration["events"] == [
         ("opened", "open"),
         ("updated", "open"),
@@ -743,13 +825,13 @@ def test_a_permanent_failure_is_given_up_and_the_rest_goes_on(
     h.publish(lifecycle("invoice"))
     h.run()
     slack_rows = [r for r in h.store.outbox_rows() if r["integration"] == "slack"]
-    assert [r["status"] for r in slack_rows] == ["failed"] * 4
+    assert [r["status"] for r in slack_rows] == ["failed"] * 6  # two are charts
     assert "channel_not_found" in slack_rows[0]["error"]
-    assert "no thread" in slack_rows[1]["error"]
+    assert all("no thread" in r["error"] for r in slack_rows[1:])
     assert len(issues(jira)) == 1
     assert (
         h.value("anchorwatch_alerting_notifications_total", integration="slack", outcome="failed")
-        == 4
+        == 6
     )
 
 

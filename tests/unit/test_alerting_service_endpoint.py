@@ -153,7 +153,7 @@ def test_incidents_command_lists_open_and_recent_incidents(
     resolved = records[1]
     assert resolved["jira"].startswith("OPS-")
     assert resolved["resolved_at"].endswith("Z")
-    assert resolved["deliveries"]["slack"] == {"done": 4}
+    assert resolved["deliveries"]["slack"] == {"done": 6}  # four messages, two charts
     missing = runner.invoke(alerting, ["incidents", "--state-dir", str(tmp_path / "none")])
     assert missing.exit_code != 0
     assert "no alerting state" in str(missing.exception)

@@ -4,7 +4,9 @@ Bot mode: ``open`` posts the parent message (Block Kit plus a plain-text fallbac
 routed channel; ``update`` replies in the thread, edits the parent to show the current state
 (``chat.update``) and uploads a drift chart into the thread (``files_upload_v2``:
 ``files.getUploadURLExternal``, upload, ``files.completeUploadExternal`` with ``thread_ts``);
-``resolve`` replies (also shown in the channel) and edits the parent once more.
+``resolve`` replies (also shown in the channel) and edits the parent once more. The
+service uploads each chart as an outbox entry of its own (``upload_chart``, named by
+``chart_filename`` so that ``replies`` finds it again: see ``sender.py``).
 
 Every HTTP call goes through the ``Caller`` it is given (in the service one attempt each: the
 outbox retries); slack_sdk's own retry handlers are switched off so nothing else retries.
@@ -191,20 +193,32 @@ class SlackNotifier:
         return ref
 
     def update(
-        self, ref: SlackRef, incident: IncidentView, window_history: Sequence[WindowPoint] = ()
+        self,
+        ref: SlackRef,
+        incident: IncidentView,
+        window_history: Sequence[WindowPoint] = (),
+        *,
+        chart: bool = True,
     ) -> SlackResult:
         """Reply in the thread (raises on failure: nothing was posted), then edit the parent
-        and upload the chart (best effort: failures are logged and returned)."""
+        and, with ``chart``, upload the chart (best effort: failures are logged and
+        returned). The service uploads its charts as their own outbox entries
+        (``upload_chart``), so it passes ``chart=False``."""
         reply = self._post(ref.channel, slack_update(incident), thread_ts=ref.ts)
         problems: list[str] = []
         error = self.edit_parent(ref, incident)
         if error is not None:
             problems.append(str(error))
-        chart = False
-        points = list(window_history)[-self._chart_windows :]
-        if self._charts and points:
-            chart = self._upload_chart(ref, incident, points, problems)
-        return SlackResult(str(reply["ts"]), error is None, chart, tuple(problems), error)
+        uploaded = False
+        points = self.chart_points(window_history)
+        if chart and self._charts and points:
+            name = chart_filename(incident_label(incident.incident_id), points)
+            uploaded = self._upload_chart(ref, incident, points, name, problems)
+        return SlackResult(str(reply["ts"]), error is None, uploaded, tuple(problems), error)
+
+    def chart_points(self, window_history: Sequence[WindowPoint]) -> list[WindowPoint]:
+        """The windows a chart shows (none when charts are off)."""
+        return list(window_history)[-self._chart_windows :] if self._charts else []
 
     def resolve(self, ref: SlackRef, incident: IncidentView) -> SlackResult:
         """The resolution reply (also shown in the channel), then the parent edited."""
@@ -261,37 +275,69 @@ class SlackNotifier:
             ),
         )
 
+    def upload_chart(
+        self, ref: SlackRef, incident: IncidentView, points: Sequence[WindowPoint], filename: str
+    ) -> None:
+        """Upload the chart into the thread as ``filename`` (raises NotifyError; a chart that
+        cannot be rendered is a permanent failure)."""
+        try:
+            png = self._render_chart(points, chart_title(incident))
+        except Exception as exc:  # our bug or odd data: retrying would fail the same way
+            log.exception(
+                "chart not rendered",
+                extra={"incident_label": incident_label(incident.incident_id)},
+            )
+            raise error_for(SERVICE, "chart", Permanent(f"chart not rendered: {exc}")) from None
+        self._call(
+            "files_upload_v2",
+            lambda: self._client.files_upload_v2(
+                channel=ref.channel,
+                thread_ts=ref.ts,
+                content=png,
+                filename=filename,
+                title=chart_title(incident),
+                alt_txt=chart_alt_text(incident, points),
+            ),
+        )
+
     def _upload_chart(
         self,
         ref: SlackRef,
         incident: IncidentView,
         points: Sequence[WindowPoint],
+        filename: str,
         problems: list[str],
     ) -> bool:
-        label = incident_label(incident.incident_id)
         try:
-            png = self._render_chart(points, chart_title(incident))
-        except Exception as exc:  # a chart is a nicety; never lose the update over it
-            problems.append(f"chart not rendered: {exc}")
-            log.exception("chart not rendered", extra={"incident_label": label})
-            return False
-        try:
-            self._call(
-                "files_upload_v2",
-                lambda: self._client.files_upload_v2(
-                    channel=ref.channel,
-                    thread_ts=ref.ts,
-                    content=png,
-                    filename=f"drift-{label}-{points[-1].window_start_ms}.png",
-                    title=chart_title(incident),
-                    alt_txt=chart_alt_text(incident, points),
-                ),
-            )
-        except NotifyError as error:
+            self.upload_chart(ref, incident, points, filename)
+        except NotifyError as error:  # a chart is a nicety; never lose the update over it
             problems.append(str(error))
-            log.error("chart not uploaded", extra={"incident_label": label, "error": str(error)})
+            log.error(
+                "chart not uploaded",
+                extra={
+                    "incident_label": incident_label(incident.incident_id),
+                    "error": str(error),
+                },
+            )
             return False
         return True
+
+
+def chart_filename(label: str, points: Sequence[WindowPoint], seq: int | None = None) -> str:
+    """The chart's file name: the incident's label, the last window shown and, for the
+    service's charts, the outbox seq, so each upload is found again in the thread by it."""
+    tail = "" if seq is None else f"-{seq}"
+    return f"drift-{label}-{points[-1].window_start_ms}{tail}.png"
+
+
+def thread_file_names(page: Any) -> list[str]:
+    """The names of the files shared in one page of ``conversations.replies``."""
+    names = []
+    for m in page.get("messages") or []:
+        for f in m.get("files") or []:
+            if isinstance(f, dict) and f.get("name"):
+                names.append(str(f["name"]))
+    return names
 
 
 def _default_chart(points: Sequence[WindowPoint], title: str) -> bytes:

@@ -10,8 +10,11 @@ service learn them from its first post to each channel, to close that gap.
 
 A reply is posted once; the parent edit after it is retried by the outbox: a retryable
 failure leaves the entry to be reconciled, which finds the reply and edits the parent again.
-Webhook mode cannot read the channel, so an entry cut off by a crash mid-send is sent again
-(at least once).
+An update's drift chart is an entry of its own (action ``chart``, the seq after its reply's):
+a crash or a lost response between the reply and the chart leaves the chart entry to be
+sent, and one cut off mid-upload is found again in the thread by its file name (unique per
+entry) before it is uploaded, so each update gets its chart once. Webhook mode cannot read
+the channel, so an entry cut off by a crash mid-send is sent again (at least once).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from anchorwatch.alerting.integrations.slack.notifier import (
     SlackRef,
     SlackResult,
     SlackWebhookNotifier,
+    chart_filename,
+    thread_file_names,
 )
 from anchorwatch.alerting.integrations.slack.render import (
     SlackMessage,
@@ -97,8 +102,23 @@ class SlackSender(Sender):
             raise missing("slack", entry.action, "no thread: the parent message was not posted")
         return SlackRef(entry.refs.slack_channel, entry.refs.slack_ts)
 
+    def _chart(self, entry: OutboxEntry, note: Note) -> tuple[SlackRef, str] | None:
+        """Where the entry's chart goes and its file name (None: no windows to draw)."""
+        points = self._notifier.chart_points(note.history)
+        if not points:
+            return None
+        label = incident_label(note.view.incident_id)
+        return self._ref(entry), chart_filename(label, points, entry.seq)
+
     def send(self, entry: OutboxEntry) -> Delivered:
         note = Note.of(entry)
+        if entry.action == "chart":
+            if (chart := self._chart(entry, note)) is None:
+                return Delivered("suppressed")
+            ref, name = chart
+            points = self._notifier.chart_points(note.history)
+            self._notifier.upload_chart(ref, note.view, points, name)
+            return Delivered("sent")
         if entry.action == "open":
             ref = self._notifier.open(note.view)
             channel = self._routing.channel_for(note.view.doc_type, note.view.severity)
@@ -108,7 +128,8 @@ class SlackSender(Sender):
         ref = self._ref(entry)
         result: SlackResult
         if entry.action == "update":
-            result = self._notifier.update(ref, note.view, note.history)
+            # The chart follows as its own entry.
+            result = self._notifier.update(ref, note.view, chart=False)
         else:
             result = self._notifier.resolve(ref, note.view)
         if result.problems:
@@ -124,6 +145,8 @@ class SlackSender(Sender):
         try:
             if entry.action == "open":
                 return self._reconcile_parent(entry, note)
+            if entry.action == "chart":
+                return self._reconcile_chart(entry, note)
             return self._reconcile_reply(entry, note)
         except PermanentError as error:
             log.warning(
@@ -170,6 +193,21 @@ class SlackSender(Sender):
                 break
         return None
 
+    def _reconcile_chart(self, entry: OutboxEntry, note: Note) -> Delivered | None:
+        """Found when a file of the entry's name is shared in the thread (an upload cut off
+        before ``files.completeUploadExternal`` shared nothing: it is uploaded again)."""
+        if (chart := self._chart(entry, note)) is None:
+            return None
+        ref, name = chart
+        cursor: str | None = None
+        for _ in range(self._max_pages):
+            page = self._notifier.replies(ref, cursor)
+            if name in thread_file_names(page):
+                return Delivered("reconciled")
+            if not (cursor := _next_cursor(page)):
+                break
+        return None
+
 
 def _retry_parent(error: NotifyError | None) -> None:
     """A parent edit that may work later is the outbox's to retry (the entry is then
@@ -195,7 +233,14 @@ class SlackWebhookSender(Sender):
 
 
 def describe(settings: AlertingSettings, entry: OutboxEntry) -> dict[str, Any]:
-    view = Note.of(entry).view
+    note = Note.of(entry)
+    view = note.view
+    if entry.action == "chart":
+        points = note.history[-settings.slack.chart_windows :]
+        if not points:
+            return {"chart": None}
+        name = chart_filename(incident_label(view.incident_id), points, entry.seq)
+        return {"chart": name, "windows": len(points)}
     message = RENDER[entry.action](view)
     out: dict[str, Any] = {"text": message.text, "blocks": message.blocks}
     if entry.action == "open":
@@ -209,16 +254,24 @@ def _sender(settings: AlertingSettings, caller: Caller) -> SlackSender | SlackWe
     return SlackSender.from_settings(settings.slack, settings.routing, caller)
 
 
+def _charts(settings: AlertingSettings, payload: dict[str, Any]) -> bool:
+    s = settings.slack
+    return s.mode == "bot" and s.charts and bool(payload.get("history"))
+
+
 SLACK = Integration(
     name="slack",
-    # A reopened incident continues its thread.
+    # A reopened incident continues its thread; each update's chart follows its reply.
     actions={
         "opened": "open",
         "reopened": "update",
         "updated": "update",
         "progress": "update",
         "resolved": "resolve",
+        "chart": "chart",
     },
+    then={"reopened": "chart", "updated": "chart", "progress": "chart"},
+    then_if=_charts,
     enabled=lambda settings: settings.slack.mode != "off",
     sender=_sender,
     describe=describe,
