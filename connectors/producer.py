@@ -133,6 +133,43 @@ class _Acks:
             self.future.set_result(None)
 
 
+class Acknowledged:
+    """Events Kafka acknowledged in requests that failed as a whole, by event id and a digest
+    of the record (another event reusing an id is not a retry), so that the client's retry
+    of such a request skips exact copies of them. Each is kept ``ttl_s`` (from when it was
+    acknowledged), and at most ``max_events`` (the oldest go first). Pure: the clock
+    (monotonic seconds) is the caller's."""
+
+    def __init__(self, ttl_s: float = _WRITTEN_TTL_S, max_events: int = _WRITTEN_MAX) -> None:
+        self._ttl_s = ttl_s
+        self._max_events = max_events
+        # (event id, digest) -> when acknowledged; insertion order is time order.
+        self._at: dict[tuple[str, bytes], float] = {}
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def remember(self, produced: list[Accepted], unwritten: set[bytes], now: float) -> None:
+        """``produced``: a failed request's events; ``unwritten``: the values of those
+        Kafka did not acknowledge (or that were never produced)."""
+        for a in produced:
+            if a.value not in unwritten:
+                key = (a.event_id, _digest(a.value))
+                self._at.pop(key, None)  # re-inserted: keeps the dict in time order
+                self._at[key] = now
+        while len(self._at) > self._max_events:
+            del self._at[next(iter(self._at))]
+
+    def unwritten(self, accepted: list[Accepted], now: float) -> list[Accepted]:
+        """``accepted`` without the exact copies of events acknowledged within ``ttl_s``."""
+        horizon = now - self._ttl_s
+        while self._at and next(iter(self._at.values())) < horizon:
+            del self._at[next(iter(self._at))]
+        if not self._at:
+            return accepted
+        return [a for a in accepted if (a.event_id, _digest(a.value)) not in self._at]
+
+
 class AckingProducer:
     def __init__(
         self,
@@ -158,9 +195,7 @@ class AckingProducer:
         self._up = False
         self._poller: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        # (event id, digest of the record) -> when acknowledged (monotonic). The content,
-        # not the client's id alone: another event reusing an id is not a retry.
-        self._written: dict[tuple[str, bytes], float] = {}
+        self._written = Acknowledged()
         # Requests whose records wait for the next round: (acks, events, dead letters).
         self._waiting: list[tuple[_Acks, list[dict[str, Any]], list[dict[str, Any]]]] = []
         self._rounds = 0  # rounds in flight
@@ -302,12 +337,9 @@ class AckingProducer:
             raise Unavailable("kafka_down", f"the Kafka producer failed: {self._fatal}")
         if not self._up:
             raise Unavailable("kafka_down", "Kafka is unreachable")
-        skipped = 0
-        if self._written:
-            self._forget_written()
-            fresh = [a for a in accepted if (a.event_id, _digest(a.value)) not in self._written]
-            skipped = len(accepted) - len(fresh)
-            accepted = fresh
+        fresh = self._written.unwritten(accepted, time.monotonic())
+        skipped = len(accepted) - len(fresh)
+        accepted = fresh
         events: list[dict[str, Any]] = [
             {"key": a.doc_type.encode(), "value": a.value} for a in accepted
         ]
@@ -347,7 +379,7 @@ class AckingProducer:
             failed = acks.failed + count - (acks.expected or 0)
             if failed:
                 unwritten = acks.failed_values | {m["value"] for m in events if "_error" in m}
-                self._remember_written(accepted, unwritten)
+                self._written.remember(accepted, unwritten, time.monotonic())
         except TimeoutError:
             acks.errors.append("no delivery report in time")
             failed = count - (acks.acked - acks.failed)
@@ -411,19 +443,6 @@ class AckingProducer:
         if round_.left:
             self._rounds += 1
             self._metrics.round_records.observe(round_.left)
-
-    def _remember_written(self, produced: list[Accepted], failed: set[bytes]) -> None:
-        now = time.monotonic()
-        for a in produced:
-            if a.value not in failed:
-                self._written[a.event_id, _digest(a.value)] = now
-        while len(self._written) > _WRITTEN_MAX:
-            del self._written[next(iter(self._written))]
-
-    def _forget_written(self) -> None:
-        horizon = time.monotonic() - _WRITTEN_TTL_S
-        while self._written and next(iter(self._written.values())) < horizon:
-            del self._written[next(iter(self._written))]
 
     def _inflight(self, records: int, size: int) -> None:
         self._inflight_records += records
