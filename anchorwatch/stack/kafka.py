@@ -156,6 +156,11 @@ class KafkaBroker:
             # leaves a loaded two-core machine room for GC and scheduling pauses.
             props["broker.session.timeout.ms"] = str(BROKER_SESSION_TIMEOUT_MS)
             props["broker.heartbeat.interval.ms"] = str(BROKER_SESSION_TIMEOUT_MS // 4)
+            # `stack down` stops every node at once: the last one's controlled shutdown
+            # waits for a quorum that is gone, and was killed after a minute with its logs
+            # unclean. Without it all three stop cleanly in about 7 s; a node stopped alone
+            # hands over its partitions when fenced (above), as a killed one does.
+            props["controlled.shutdown.enable"] = "false"
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _java(self) -> str:

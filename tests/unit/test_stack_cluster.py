@@ -52,6 +52,8 @@ def test_three_nodes_are_a_static_quorum_of_combined_nodes(tmp_path: Path) -> No
         assert p[key] == "3", key
     assert p["min.insync.replicas"] == p["transaction.state.log.min.isr"] == "2"
     assert int(p["broker.session.timeout.ms"]) < 9000
+    # Stopping all nodes at once: the last would wait for a quorum that is gone.
+    assert p["controlled.shutdown.enable"] == "false"
 
 
 def test_one_node_keeps_its_layout(tmp_path: Path) -> None:
@@ -62,6 +64,7 @@ def test_one_node_keeps_its_layout(tmp_path: Path) -> None:
     assert p["controller.quorum.bootstrap.servers"] == "127.0.0.1:9093"
     assert p["offsets.topic.replication.factor"] == "1"
     assert "broker.session.timeout.ms" not in p
+    assert "controlled.shutdown.enable" not in p
 
 
 def test_a_formatted_cluster_keeps_its_size(tmp_path: Path) -> None:
