@@ -164,7 +164,7 @@ def test_fit_from_ndjson_files_within_a_time_range(
 def test_windows_already_on_the_verdicts_topic_fit_and_backtest_without_flink(
     job_settings: JobSettings, tmp_path: Path
 ) -> None:
-    traffic = generate(TrafficConfig(seed=29, minutes=40, doc_types=3, incidents=2))
+    traffic = generate(TrafficConfig(seed=3, minutes=100, doc_types=3, incidents=2))
     events = [r.event for r in traffic.records() if r.event is not None]
     windows = aggregate_windows(events)
     producer = Producer({"bootstrap.servers": job_settings.kafka.bootstrap_servers})
@@ -195,13 +195,14 @@ def test_windows_already_on_the_verdicts_topic_fit_and_backtest_without_flink(
     }
     assert_same_fit(got, expected(events))
 
-    replay = run(config, "baseline", "backtest", "--from-topic", "verdicts", "--fit-minutes", "20")
+    # An hour of history per type: the policy's min_windows (60) for a fitted baseline.
+    replay = run(config, "baseline", "backtest", "--from-topic", "verdicts", "--fit-minutes", "60")
     assert replay.exit_code == 0, replay.output
     assert "replayed" in replay.output
     incidents = [orjson.loads(x) for x in replay.stdout.splitlines() if x.startswith("{")]
-    # This seed ramps medical_report up by 0.4 from minute 21 to 27: after the fit, found.
-    [late_ramp] = [i for i in traffic.incidents if i.start_ms >= T0 + 20 * MIN]
-    assert late_ramp.doc_type == "medical_report"
+    # This seed ramps purchase_contract up by 0.4 from minute 75 to 78: after the fit, found.
+    [late_ramp] = [i for i in traffic.incidents if i.start_ms >= T0 + 60 * MIN]
+    assert (late_ramp.doc_type, late_ramp.kind) == ("purchase_contract", "ramp")
     found = [i for i in incidents if i["doc_type"] == late_ramp.doc_type]
     assert found
     assert late_ramp.start_ms <= found[0]["first_breach_ms"] < late_ramp.end_ms
