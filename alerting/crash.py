@@ -3,10 +3,12 @@ exactly-once argument says a crash must be harmless.
 
 ``ANCHORWATCH_ALERTING_TEST_CRASH_AT=point[:integration][@n],...`` kills this process with
 SIGKILL the n-th time (default 1st) it passes ``point``. Points: batch_before_commit (a batch
-decided, its transaction not committed), batch_after_commit (committed, before the Kafka
+decided, its transaction not begun), batch_in_commit (inside the batch's SQLite transaction:
+everything written, the COMMIT not reached), batch_after_commit (committed, before the Kafka
 commit), send_before (an outbox entry marked attempting, its request not sent), send_after
-(the remote side accepted it, not yet marked done). The engine and the drainer call the
-hook; the crash trials (tests/integration/test_alerting_service_crash.py) set it.
+(the remote side accepted it, not yet marked done), done_in_commit (inside the transaction
+that marks it done: written, not committed). The engine and the drainer call the hook; the
+crash trials (tests/integration/test_alerting_service_crash.py) set it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ from typing import Final
 log = logging.getLogger(__name__)
 
 CRASH_ENV: Final = "ANCHORWATCH_ALERTING_TEST_CRASH_AT"
-CRASH_POINTS: Final = ("batch_before_commit", "batch_after_commit", "send_before", "send_after")
+CRASH_POINTS: Final = (
+    "batch_before_commit",
+    "batch_in_commit",
+    "batch_after_commit",
+    "send_before",
+    "send_after",
+    "done_in_commit",
+)
 #: What the engine and the drainer call at each point: ``(point, integration)``.
 CrashHook = Callable[[str, str], None]
 

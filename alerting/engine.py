@@ -213,7 +213,11 @@ class Engine:
         ).decode()
         w.incidents = self._carry + list(batch.rows.values())
         self._crash("batch_before_commit", "")
-        self._store.commit_batch(w, keep_verdict_ids=self._settings.alerting.recent_verdict_ids)
+        self._store.commit_batch(
+            w,
+            keep_verdict_ids=self._settings.alerting.recent_verdict_ids,
+            before_commit=lambda: self._crash("batch_in_commit", ""),
+        )
         self._carry = []
         self.offsets.update(w.offsets)
         self._publish_open()

@@ -164,6 +164,7 @@ class Drainer:
             now_ms,
             incident_id=entry.incident_id,
             refs=delivered.refs,
+            before_commit=lambda: self._crash("done_in_commit", self.integration),
         )
         self._metrics.notifications.labels(self.integration, delivered.outcome).inc()
         if delivered.outcome in ("sent", "dry_run"):

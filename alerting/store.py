@@ -21,7 +21,7 @@ WAL lets the ``incidents`` command read while the service writes.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -41,6 +41,14 @@ Action = Literal["open", "update", "resolve", "chart"]
 #: it, and no reason to keep an earlier update.
 FOLLOW_UPS: Final = ("chart",)
 Status = Literal["pending", "attempting", "done", "failed"]
+
+
+#: What runs inside a transaction once it is written, before it commits.
+Hook = Callable[[], None]
+
+
+def _nothing() -> None:
+    return None
 
 
 class StoreError(AnchorwatchError):
@@ -213,11 +221,14 @@ class Store:
             )
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self, before_commit: Hook = _nothing) -> Iterator[sqlite3.Connection]:
+        """One transaction; ``before_commit`` runs once everything is written, before the
+        COMMIT (the crash trials kill the process there)."""
         # IMMEDIATE takes the write lock at once: no deadlock-prone lock upgrades.
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield self._db
+            before_commit()
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
@@ -264,8 +275,10 @@ class Store:
 
     # ----------------------------------------------------------------- the batch
 
-    def commit_batch(self, batch: BatchWrite, *, keep_verdict_ids: int) -> None:
-        with self._tx() as db:
+    def commit_batch(
+        self, batch: BatchWrite, *, keep_verdict_ids: int, before_commit: Hook = _nothing
+    ) -> None:
+        with self._tx(before_commit) as db:
             db.executemany(
                 "INSERT INTO offsets (topic, partition, next_offset) VALUES (?, ?, ?) "
                 "ON CONFLICT (topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
@@ -409,9 +422,10 @@ class Store:
         *,
         incident_id: str | None = None,
         refs: Mapping[str, Any] | None = None,
+        before_commit: Hook = _nothing,
     ) -> None:
         """Done, and the incident's references the send produced, in one transaction."""
-        with self._tx() as db:
+        with self._tx(before_commit) as db:
             db.executemany(
                 "UPDATE outbox SET status = 'done', outcome = ?, finished_ms = ?, error = NULL "
                 "WHERE id = ?",
