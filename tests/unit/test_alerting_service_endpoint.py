@@ -118,14 +118,29 @@ def test_queued_notifications_go_out_while_kafka_is_down(
         assert ready.status_code == 503
         assert ready.json()["kafka"] is False
         assert requests.get(f"{service.endpoint_url}/healthz", timeout=5).status_code == 200
-        metrics = requests.get(f"{service.endpoint_url}/metrics", timeout=5).text
-        assert (
-            'anchorwatch_alerting_notifications_total{integration="slack",outcome="sent"} 2.0'
-            in (metrics)
+        # Slack has the messages before the sender records them done: poll, do not race.
+        metrics = poll_metrics(
+            service.endpoint_url,
+            'anchorwatch_alerting_notifications_total{integration="slack",outcome="sent"} 2.0',
+            'anchorwatch_alerting_incidents_open{severity="critical"} 1.0',
         )
-        assert 'anchorwatch_alerting_incidents_open{severity="critical"} 1.0' in metrics
+        assert "anchorwatch_alerting_notifications_total" in metrics
     finally:
         service.stop()
+
+
+def poll_metrics(url: str, *lines: str, timeout_s: float = 10) -> str:
+    """/metrics once it shows every one of ``lines`` (AssertionError naming the missing
+    ones after ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = requests.get(f"{url}/metrics", timeout=5).text
+        missing = [line for line in lines if line not in text.splitlines()]
+        if not missing:
+            return text
+        if time.monotonic() > deadline:
+            raise AssertionError(f"/metrics still lacks {missing} after {timeout_s}s")
+        time.sleep(0.05)
 
 
 def test_incidents_command_lists_open_and_recent_incidents(
