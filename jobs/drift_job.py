@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -484,6 +485,13 @@ def run(
     """Run on the local mini-cluster; ``bounded`` stops at the current end of the topics.
     Returns the TableResult (``.wait()`` blocks until a bounded run is done)."""
     _, t_env = create_environment(settings, connector_jar)
+    if not settings.job.checkpoint_dir:
+        # The mini-cluster's default keeps checkpoints in the JobManager's memory, 5 MB at
+        # most: the deduplication's ids outgrow that within seconds at full rate (every
+        # checkpoint failed and the job restarted, over and over). Files instead; Flink
+        # deletes a job's checkpoints when it finishes or is cancelled.
+        local = Path(tempfile.gettempdir()) / "anchorwatch-checkpoints"
+        t_env.get_config().set("execution.checkpointing.dir", local.as_uri())
     if savepoint:
         t_env.get_config().set("execution.state-recovery.path", savepoint)
     declare_tables(t_env, settings, bounded=bounded)
