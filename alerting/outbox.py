@@ -107,6 +107,14 @@ class Drainer:
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
+    def interrupt(self) -> None:
+        """A stop: the sender cuts short what may take long (a batch Kafka does not
+        acknowledge); what it did not finish stays in the outbox."""
+        self.wake.set()
+        sender = self._batch or self._single
+        if (interrupt := getattr(sender, "interrupt", None)) is not None:
+            interrupt()
+
     def pending(self) -> int:
         n = self._store.pending_counts([self.integration])[self.integration]
         self._metrics.outbox_pending.labels(self.integration).set(n)

@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from prometheus_client import CollectorRegistry
 
+from anchorwatch.alerting import log_limit
 from anchorwatch.alerting.consumers import BaselineConsumer, VerdictConsumer
 from anchorwatch.alerting.crash import CrashPoints
 from anchorwatch.alerting.engine import Engine
@@ -82,6 +83,9 @@ class AlertingService:
     """Wires the consumer loop, the senders and the endpoint; ``start`` returns at once."""
 
     PRUNE_EVERY_S = 3600.0
+    #: A stop takes at most this long, whatever Kafka or the remote services do.
+    STOP_TIMEOUT_S = 10.0
+    THREADS_SHARE = 0.6  # of it for the threads to finish; the rest for the Kafka clients
     REFRESH_EVERY_S = 30.0
     REFIT_CHECK_S = 30.0  # how often due refits are looked for
 
@@ -112,6 +116,7 @@ class AlertingService:
         self._failure: BaseException | None = None
         self.refit_metrics = RefitMetrics(self.registry)
         self.refitter: Refitter | None = None
+        self.left_behind: list[str] = []  # what the last stop could not finish in time
 
     # ----------------------------------------------------------------- wiring
 
@@ -303,32 +308,88 @@ class AlertingService:
         """Block until stopped (a signal, ``stop``, or a failed thread); True if stopped."""
         return self._stop.wait(timeout_s)
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop within ``timeout_s`` (default STOP_TIMEOUT_S) whatever Kafka, Slack or Jira
+        do. The threads get most of it, then the Kafka clients (the offsets' commit, for lag
+        monitoring only, and closing). What does not finish in time is left behind and
+        named in ``left_behind``: nothing is lost by it, since every decision and delivery
+        is committed in the state file as it happens, and unfinished work resumes from
+        there at the next start. The process should then exit without waiting on those
+        clients (``run`` does)."""
+        budget = self.STOP_TIMEOUT_S if timeout_s is None else timeout_s
+        started = time.monotonic()
+        deadline = started + budget
         self._stop.set()
-        self._wake_senders()
+        for drainer in list(self._drainers):
+            drainer.interrupt()
+        threads_until = started + budget * self.THREADS_SHARE
         for thread in self._threads:
-            thread.join(timeout=30)
-        if self._verdicts:
-            if self.engine is not None and self._failure is None:
-                self._verdicts.commit(self.engine.offsets, wait=True)
-            self._verdicts.close()
-        if self._baselines:
-            self._baselines.close()
+            thread.join(timeout=max(0.0, threads_until - time.monotonic()))
+        self.left_behind = [t.name for t in self._threads if t.is_alive()]
+        consumer_done = not any(t.name == "alerting-consumer" for t in self._stuck())
+        if consumer_done:
+            if not self._close_kafka(deadline):
+                self.left_behind.append("kafka-clients")
+        else:
+            self.left_behind.append("kafka-clients")
         if self._endpoint:
             self._endpoint.stop()
-        if self.engine:
-            self.engine.close()
+        if self.engine and consumer_done:
+            self.engine.close()  # a consumer thread still deciding keeps its connection
         if self._lock:
             self._lock.release()
             self._lock = None
-        log.info("alerting service stopped")
+        log.info(
+            "alerting service stopped",
+            extra={
+                "took_s": round(time.monotonic() - started, 2),
+                "left_behind": self.left_behind,
+            },
+        )
         if self._failure is not None:
             raise AlertingServiceError(f"the service stopped on an error: {self._failure}")
 
+    def _stuck(self) -> list[threading.Thread]:
+        return [t for t in self._threads if t.is_alive()]
+
+    def _close_kafka(self, deadline: float) -> bool:
+        """Commit the offsets and close the consumers, on a helper thread given until
+        ``deadline``: librdkafka may block far longer while the brokers are gone. True
+        when it finished."""
+        verdicts, baselines, engine = self._verdicts, self._baselines, self.engine
+        failed = self._failure is not None
+
+        def close() -> None:
+            try:
+                if verdicts is not None:
+                    if engine is not None and not failed and verdicts.kafka_ok:
+                        verdicts.commit(engine.offsets, wait=True)
+                    verdicts.close()
+                if baselines is not None:
+                    baselines.close()
+            except Exception as exc:  # lag monitoring only: the state holds the offsets
+                log.warning("kafka clients not closed cleanly", extra={"error": str(exc)})
+
+        closer = threading.Thread(target=close, name="alerting-kafka-close", daemon=True)
+        closer.start()
+        closer.join(timeout=max(0.0, deadline - time.monotonic()))
+        if closer.is_alive():
+            log.warning(
+                "kafka clients not closed in time: left behind",
+                extra={"kafka_error": verdicts.last_error if verdicts else None},
+            )
+            return False
+        return True
+
 
 def run(settings: AlertingSettings) -> None:
-    """Run until SIGTERM or SIGINT (entry point of `anchorwatch alerting serve`)."""
+    """Run until SIGTERM or SIGINT (entry point of `anchorwatch alerting serve`). Repeated
+    warnings and errors are written once per interval (``log_limit.py``). A stop takes at
+    most ``AlertingService.STOP_TIMEOUT_S``: when a Kafka client or a thread could not
+    finish in time, the process exits at once rather than wait for them in the
+    interpreter's own shutdown (where librdkafka would block again)."""
     service = AlertingService(settings)
+    limited = log_limit.install()
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("stopping", extra={"signal": signal.Signals(signum).name})
@@ -339,7 +400,13 @@ def run(settings: AlertingSettings) -> None:
     service.start()
     while not service.wait(1.0):
         pass
-    service.stop()
+    try:
+        service.stop()
+    finally:
+        limited()
+        if service.left_behind:
+            logging.shutdown()  # flush the log handlers: os._exit does not
+            os._exit(1 if service._failure is not None else 0)
 
 
 def list_incidents(state_dir: Path, *, open_only: bool, limit: int) -> list[IncidentListing]:

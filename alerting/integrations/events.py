@@ -7,6 +7,8 @@ resend after a crash is harmless (the producer is idempotent within a session).
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,11 +24,18 @@ from anchorwatch.settings import KafkaSettings
 
 
 class EventsSender(BatchSender):
+    """A stop (``interrupt``) cuts a batch short: what Kafka has not acknowledged stays
+    unfinished in the outbox and is produced again at the next start (harmless: ids are
+    deterministic)."""
+
     integration = "events"
+    #: How long ``close`` waits for records still queued (their entries are sent again).
+    CLOSE_WAIT_S = 2.0
 
     def __init__(self, kafka: KafkaSettings, topic: str, *, timeout_s: float = 30.0) -> None:
         self._topic = topic
         self._timeout_s = timeout_s
+        self._interrupted = threading.Event()
         self._producer = Producer(
             client_config(
                 kafka,
@@ -52,9 +61,10 @@ class EventsSender(BatchSender):
 
             return callback
 
+        deadline = time.monotonic() + self._timeout_s + 5
         for entry in entries:
             value = orjson.dumps(entry.payload["event"])
-            while True:
+            while not self._interrupted.is_set():
                 try:
                     self._producer.produce(
                         self._topic, value, entry.doc_type.encode(), on_delivery=done(entry.id)
@@ -62,15 +72,21 @@ class EventsSender(BatchSender):
                     break
                 except BufferError:
                     self._producer.poll(0.1)
-        self._producer.flush(self._timeout_s + 5)
+        # In short slices, so that a stop does not wait for Kafka's timeout.
+        while self._producer.flush(0.2) > 0:
+            if self._interrupted.is_set() or time.monotonic() > deadline:
+                break
         for entry in entries:
             results.setdefault(
                 entry.id, error_for("events", "produce", Retryable("not acknowledged in time"))
             )
         return results
 
+    def interrupt(self) -> None:
+        self._interrupted.set()
+
     def close(self) -> None:
-        self._producer.flush(self._timeout_s)
+        self._producer.flush(self.CLOSE_WAIT_S)
 
 
 def describe(settings: AlertingSettings, entry: OutboxEntry) -> dict[str, Any]:
