@@ -388,3 +388,25 @@ def test_the_generators_malformed_traffic_is_refused_by_both_paths_and_the_rest_
     assert set(refused) == set(MALFORMED_REASONS)
     assert min(refused.values()) >= 20
     assert taken > 500
+
+
+@pytest.mark.parametrize(
+    ("time_ms", "taken"), [(E - 1, False), (E, True), (L - 1, True), (L, False)]
+)
+def test_the_compiled_reader_holds_the_contracts_times_whatever_window_it_is_given(
+    time_ms: int, taken: bool
+) -> None:
+    """The ingest window normally lies well inside the contract's years; the reader's own
+    bounds must hold when a caller's does not."""
+    line = orjson.dumps(_event(event_time_ms=time_ms))
+    accepted = _reader().ndjson_line(line, SOURCE, 0, 2**62)
+    assert (accepted is not None) is taken
+
+
+@pytest.mark.parametrize(("earliest", "latest"), [(T0 + 1, T0 + 5), (T0 - 5, T0 - 1)])
+def test_the_compiled_reader_leaves_times_outside_the_window_to_the_reference(
+    earliest: int, latest: int
+) -> None:
+    line = orjson.dumps(_event())
+    assert _reader().ndjson_line(line, SOURCE, earliest, latest) is None
+    assert _reader().ndjson_line(line, SOURCE, T0, T0) is not None

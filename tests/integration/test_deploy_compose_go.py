@@ -1,7 +1,8 @@
 """docker-compose.yml through compose-go, the library `docker compose` loads files with:
 its own validator (`compose-go/v2/cmd`: "Validates a compose file conforms to the Compose
 Specification": parsing, interpolation of the defaults, the schema, normalisation). No
-Docker engine is needed. The validator is built once with Go from the Go module proxy and cached."""
+Docker engine is needed. The validator is built once with Go from the Go module proxy and cached:
+the download makes these integration tests (unit tests use no network, tests/unit/conftest.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from tools import deploy_checks as dc
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 COMPOSE_GO_VERSION = "v2.16.2"  # the schema in deploy/schemas/ comes from this release
 
