@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 NATIVE := connectors/native
 
-.PHONY: demo test system lint unit integration jvm clean fuzz fuzz-corpus
+.PHONY: demo test system lint unit integration jvm clean fuzz fuzz-corpus mutate
 
 demo: $(VENV)/.installed jvm          ## the whole pipeline as deployed, end to end, on this machine
 	$(BIN)/anchorwatch demo
@@ -65,6 +65,15 @@ fuzz: $(VENV)/.installed
 fuzz-corpus: $(VENV)/.installed
 	for t in kong ndjson; do cp -n $(NATIVE)/fuzz/corpus/.work/$$t/* $(NATIVE)/fuzz/corpus/$$t/ 2>/dev/null; \
 	  ($(FUZZ_RUN) cmin $$t fuzz/corpus/$$t -- -use_counters=0) || exit 1; done
+
+# Mutation testing (docs/testing.md): mutmut over contracts, policy and the alerting outbox
+# and store, cargo-mutants over connectors/native, with the unit tests, in a scratch copy of
+# HEAD; MUTATE_SAMPLE mutants per Python module (fixed seed), shard MUTATE_SHARD of Rust's.
+MUTATE_SAMPLE ?= 60
+MUTATE_SHARD ?= 0/8
+mutate: $(VENV)/.installed
+	@command -v cargo-mutants >/dev/null || { echo "cargo-mutants not found: cargo install cargo-mutants --locked"; exit 1; }
+	$(BIN)/python -m tools.mutate --sample $(MUTATE_SAMPLE) --native-shard $(MUTATE_SHARD)
 
 clean:
 	-$(BIN)/anchorwatch stack down
