@@ -46,11 +46,19 @@ fn python_unit_tests_pass_against_this_build() {
     // append: the checkout on PYTHONPATH, not the installed project, is what gets imported.
     let status = Command::new(&python)
         .args(["-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"])
-        .args(["--import-mode=append", "--hypothesis-seed=0", "-m", "not integration"])
+        .args([
+            "--import-mode=append",
+            "--hypothesis-seed=0",
+            "-m",
+            "not integration",
+        ])
         .args(tests.split_whitespace())
         .current_dir(&checkout)
         .env("PYTHONPATH", &checkout)
         .status()
         .unwrap();
-    assert!(status.success(), "the Python unit tests failed against this build");
+    assert!(
+        status.success(),
+        "the Python unit tests failed against this build"
+    );
 }
