@@ -11,9 +11,11 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
+import requests
 
 from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.render import incident_label
@@ -218,3 +220,92 @@ def test_a_thousand_doc_types_drifting_at_once(
         per_second[int((at - start) * 10)] += 1  # tenths of a second
     windows = [sum(per_second.get(t + k, 0) for k in range(10)) for t in range(max(per_second))]
     assert max(windows) <= rate + 5
+
+
+#: Kills between an update's reply and its chart, during a chart's upload, and inside the
+#: SQLite commits (a batch written, not committed; a delivery's done, not committed), in
+#: this order, one process each; the local Slack also loses the answer to one update reply
+#: and to one chart upload.
+CHART_AND_COMMIT_POINTS = [
+    "batch_in_commit@1",
+    "send_after:slack@2",
+    "batch_in_commit@2",
+    "done_in_commit:slack@2",
+    "send_after:slack@3",
+    "send_before:slack@2",
+    "done_in_commit:jira@2",
+    "send_after:slack@2",
+    "done_in_commit:slack@1",
+    "batch_in_commit@1",
+]
+
+
+def test_kill_9_between_replies_and_charts_and_inside_commits_delivers_each_once(
+    job_settings: JobSettings, tmp_path: Path, slack: LocalSlackWithHistory, jira: LocalJira
+) -> None:
+    state = tmp_path / "state"
+    config = service_config(job_settings, state, slack, jira, batch_max=3)
+    config["slack"]["charts"] = True
+    config["policy"] = POLICY
+    env = service_env(config)
+    faults: list[dict[str, Any]] = [
+        {"method": "chat.postMessage", "disconnect": True, "after": True, "skip": 3},
+        {"method": "files.completeUploadExternal", "disconnect": True, "after": True},
+    ]
+    for fault in faults:
+        requests.post(f"{slack.url}/_local/faults", json=fault, timeout=5).raise_for_status()
+    docs = ["chart-a", "chart-b", "chart-c"]
+    verdicts = sorted(
+        (v for i, d in enumerate(docs) for v in lifecycle(d, first_minute=i)),
+        key=lambda v: v.window.window_start_ms,
+    )
+    rounds = len(CHART_AND_COMMIT_POINTS)
+    per_round = len(verdicts) // rounds + 1
+    log = tmp_path / "service.log"
+    produced = crashed = 0
+    for round_, point in enumerate(CHART_AND_COMMIT_POINTS):
+        produced += produce(job_settings, verdicts[round_ * per_round : (round_ + 1) * per_round])
+        process = ServiceProcess(env, log, crash_at=point)
+        code = process.wait(20)
+        if code is None:  # that point was not reached this time
+            process.kill9()
+        else:
+            assert code == -9, f"exited {code} at {point}"
+            crashed += 1
+    assert produced == len(verdicts)
+    print(f"\n{crashed} of {rounds} kill points reached")
+    assert crashed >= 6, f"only {crashed} of the points were reached"
+    final = ServiceProcess(env, log)
+    try:
+        wait_until(lambda: ready(config), 30, "the last run to be ready")
+        wait_until(lambda: delivered_everything(state, produced), 90, "the last run to finish")
+    finally:
+        assert final.stop() == 0
+
+    incidents = list_incidents(state, open_only=False, limit=100)
+    assert {i.row.doc_type for i in incidents} == set(docs)
+    parents = parents_by_label(slack.messages)
+    threads = slack_threads(slack.messages)
+    for item in incidents:
+        label = incident_label(item.row.incident_id)
+        assert parents[label] == 1
+        thread = threads[item.refs.slack_ts or ""]
+        shape = ["chart" if m.get("files") else m["text"].split(" ")[0] for m in thread]
+        # Each update's chart once, right after its reply.
+        assert shape == ["Update", "chart", "Update", "chart", "Resolved:"], (
+            f"{item.row.doc_type}: {shape}"
+        )
+        names = [slack.files[f]["name"] for m in thread for f in m.get("files", [])]
+        assert len(set(names)) == 2
+        (ticket,) = [i for i in jira.issues.values() if label in i["fields"]["labels"]]
+        comments = [c["body"].split(" ")[0] for c in ticket["comments"]]
+        assert comments == ["Update,", "Update,", "Resolved"], f"{item.row.doc_type}: {comments}"
+    store = Store(state, create=False)
+    try:
+        rows = store.outbox_rows()
+    finally:
+        store.close()
+    charts = Counter(r["outcome"] for r in rows if r["action"] == "chart")
+    assert charts["reconciled"] >= 1, charts  # the upload whose answer was lost, found
+    assert sum(charts.values()) == 2 * len(docs)
+    assert requests.get(f"{slack.url}/_local/faults", timeout=5).json()["faults"] == []
