@@ -5,7 +5,8 @@ Faults: ``POST /_local/faults`` with one fault or a list (``method``: the protoc
 of a call, ``*`` for any; ``status``, ``retry_after``, ``times`` (-1 for ever), ``error``,
 ``body`` replacing the answer, ``disconnect`` to drop the connection unanswered, with
 ``after`` once the call was carried out: a response lost on the way back; ``skip`` to let
-that many matching calls through first);
+that many matching calls through first; ``delay_s`` to answer only after that long, a
+service that hangs);
 ``GET /_local/faults`` lists them, ``DELETE /_local/faults`` clears them. A faulted call is
 answered by ``LocalServer.faulted``: the parts every protocol shares (the disconnect, the
 ``Retry-After`` header, a ``body`` override) here, the protocol's own error body in its
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -70,6 +72,7 @@ class Fault:
     after: bool = False  # with disconnect: carry the call out first, then drop the answer
     hide_transition: str | None = None  # local Jira only: a workflow without this transition
     skip: int = 0  # matching calls let through before this fault applies
+    delay_s: float = 0.0  # wait this long before answering (a hanging service)
 
     @classmethod
     def parse(cls, spec: Any) -> Fault:
@@ -85,6 +88,8 @@ class Fault:
             raise ValueError("times: a positive count, or -1 for ever")
         if not isinstance(fault.skip, int) or fault.skip < 0:
             raise ValueError("skip: a count of calls, 0 or more")
+        if not isinstance(fault.delay_s, int | float) or not 0 <= fault.delay_s <= 600:
+            raise ValueError("delay_s: seconds, 0 to 600")
         return fault
 
 
@@ -245,6 +250,8 @@ class LocalServer(ABC):
         fault = self.faults.take(method, kind=kind)
         if fault is None:
             return carry_out(False)
+        if fault.delay_s:
+            time.sleep(fault.delay_s)
         if fault.disconnect and fault.after:
             carry_out(True)
             return Response(disconnect=True)

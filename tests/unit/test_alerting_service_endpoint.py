@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -20,6 +24,7 @@ from anchorwatch.alerting.http import Endpoint
 from anchorwatch.alerting.notify import ManualClock
 from anchorwatch.alerting.service import AlertingService, AlertingServiceError, StateLock
 from anchorwatch.alerting.settings import AlertingSettings
+from anchorwatch.alerting.store import Store
 from anchorwatch.cli.alerting import alerting
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.stack.processes import free_port
@@ -181,3 +186,90 @@ def test_serve_refuses_bad_settings_naming_the_field(tmp_path: Path) -> None:
     assert result.exit_code != 0
     assert "alerting.slack_rate_per_s" in str(result.exception)
     assert "ANCHORWATCH_ALERTING__SLACK_RATE_PER_S" in str(result.exception)
+
+
+def _decided_and_hanging(tmp_path: Path, slack: LocalSlackWithHistory) -> dict[str, Any]:
+    """A state with an incident decided and nothing sent, a Slack whose every post hangs
+    for 60 s, and the service's settings (Kafka unreachable) as nested dicts."""
+    h = Harness(settings_for(tmp_path, slack, None), ManualClock(start=time.time()))
+    h.publish(lifecycle("invoice")[:4])
+    h.consume()
+    h.store.close()
+    for d in h.drainers:
+        d._store.close()
+    requests.post(
+        f"{slack.url}/_local/faults",
+        json={"method": "chat.postMessage", "delay_s": 60, "times": -1},
+        timeout=5,
+    ).raise_for_status()
+    return {
+        "kafka": {"bootstrap_servers": f"127.0.0.1:{free_port()}"},
+        "alerting": {
+            "state_dir": str(tmp_path / "state"),
+            "metrics_port": free_port(),
+            "drift_events": False,
+        },
+        "slack": {"mode": "bot", "api_url": slack.api_url, "bot_token": TOKEN, "timeout_s": 90},
+    }
+
+
+def test_a_stop_is_bounded_while_a_call_hangs(tmp_path: Path, slack: LocalSlackWithHistory) -> None:
+    config = _decided_and_hanging(tmp_path, slack)
+    service = AlertingService(AlertingSettings.load(None, **config)).start()
+    time.sleep(1.5)  # the sender is inside its post by now
+    started = time.monotonic()
+    service.stop()
+    took = time.monotonic() - started
+    assert took < AlertingService.STOP_TIMEOUT_S + 0.5
+    # The sender inside its post (and the consumer, inside a call to the absent Kafka).
+    assert "alerting-sender-slack" in service.left_behind
+    # Nothing is lost: the parent is still to be sent (reconciled first) at the next start.
+    store = Store(tmp_path / "state", create=False)
+    try:
+        rows = [r for r in store.outbox_rows() if r["integration"] == "slack"]
+    finally:
+        store.close()
+    assert rows[0]["status"] == "attempting"
+
+
+def test_serve_exits_within_10_s_of_sigterm_when_a_call_hangs(
+    tmp_path: Path, slack: LocalSlackWithHistory
+) -> None:
+    """As a process: the thread left behind does not hold the exit."""
+    config = _decided_and_hanging(tmp_path, slack)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANCHORWATCH_")}
+    for section, fields in config.items():
+        for name, value in fields.items():
+            env[f"ANCHORWATCH_{section.upper()}__{name.upper()}"] = (
+                str(value).lower() if (isinstance(value, bool)) else str(value)
+            )
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "anchorwatch", "alerting", "serve"],
+            env=env,
+            stdout=out,
+            stderr=out,
+        )
+        try:
+            url = f"http://127.0.0.1:{config['alerting']['metrics_port']}/healthz"
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    if requests.get(url, timeout=1).status_code == 200:
+                        break
+                except requests.RequestException:
+                    time.sleep(0.1)
+            time.sleep(1.5)
+            started = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(timeout=30)
+            took = time.monotonic() - started
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert code == 0, log.read_text()[-2000:]
+    assert took < AlertingService.STOP_TIMEOUT_S + 2  # the stop, and the interpreter's exit
+    stopped = [json.loads(line) for line in log.read_text().splitlines() if "stopped" in line]
+    assert "alerting-sender-slack" in stopped[-1]["left_behind"]
