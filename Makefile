@@ -68,9 +68,9 @@ fuzz-corpus: $(VENV)/.installed
 
 # Mutation testing (docs/testing.md): mutmut over contracts, policy and the alerting outbox
 # and store, cargo-mutants over connectors/native, with the unit tests, in a scratch copy of
-# HEAD; MUTATE_SAMPLE mutants per Python module (fixed seed), shard MUTATE_SHARD of Rust's.
+# HEAD; MUTATE_SAMPLE mutants per Python module (fixed seed), shard MUTATE_SHARD of Rust's (every 6th).
 MUTATE_SAMPLE ?= 60
-MUTATE_SHARD ?= 0/8
+MUTATE_SHARD ?= 0/6
 mutate: $(VENV)/.installed
 	@command -v cargo-mutants >/dev/null || { echo "cargo-mutants not found: cargo install cargo-mutants --locked"; exit 1; }
 	$(BIN)/python -m tools.mutate --sample $(MUTATE_SAMPLE) --native-shard $(MUTATE_SHARD)

@@ -107,8 +107,8 @@ def run_native(workdir: Path, shard: str, timeout_s: int) -> Counter[str]:
         "PYO3_PYTHON": sys.executable,
     }
     subprocess.run(
-        ["cargo", "mutants", "--in-place", "--shard", shard, "--timeout", str(timeout_s),
-         "--build-timeout", "300"],
+        ["cargo", "mutants", "--in-place", "--shard", shard, "--sharding", "round-robin",
+         "--timeout", str(timeout_s), "--build-timeout", "300"],
         cwd=crate, env=env, check=False,
     )  # fmt: skip
     outcomes = json.loads((crate / "mutants.out" / "outcomes.json").read_text())
@@ -134,7 +134,9 @@ def main() -> None:
     parser.add_argument("--modules", default=",".join(MODULES), help="Python modules, or none")
     parser.add_argument("--sample", type=int, default=60, help="mutants per Python module")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--native-shard", default="0/8", help="k/n of cargo-mutants, or none")
+    parser.add_argument(
+        "--native-shard", default="0/6", help="k/n of cargo-mutants (round-robin), or none"
+    )
     parser.add_argument("--native-timeout", type=int, default=400)
     args = parser.parse_args()
     started = time.monotonic()
