@@ -35,6 +35,7 @@ from anchorwatch.stack.processes import (
     StackError,
     is_alive,
     read_pid,
+    runs,
     start_daemon,
     stop_pid,
     tail,
@@ -231,7 +232,7 @@ class KafkaBroker:
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
 
         def answers() -> bool:
-            if not is_alive(pid, MAIN_CLASS):
+            if not runs(pid):
                 raise StackError(
                     f"Kafka exited during start; last lines of {self.log_file}:\n"
                     f"{tail(self.log_file)}"

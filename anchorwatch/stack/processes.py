@@ -77,6 +77,20 @@ def is_alive(pid: int, marker: str) -> bool:
     return state not in ("Z", "X") and marker in cmdline(pid)
 
 
+def runs(pid: int) -> bool:
+    """True while ``pid`` exists and has not exited (a zombie has). For a process this code
+    has just started: its command line is not consulted, which may read empty while the
+    process execs (the java launcher can re-exec itself), and the pid cannot be recycled
+    while it is our unreaped child."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return _proc_state(pid) not in ("Z", "X")
+
+
 def _proc_state(pid: int) -> str:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -8,7 +10,7 @@ import pytest
 from anchorwatch.settings import TopicSettings
 from anchorwatch.stack.flink import FlinkCluster
 from anchorwatch.stack.kafka import KafkaBroker
-from anchorwatch.stack.processes import StackError, free_port, is_alive, require_free_ports
+from anchorwatch.stack.processes import StackError, free_port, is_alive, require_free_ports, runs
 from anchorwatch.stack.topics import topic_specs
 
 
@@ -58,3 +60,19 @@ def test_pid_liveness_checks_the_command_line() -> None:
 
     assert is_alive(os.getpid(), "python")
     assert not is_alive(os.getpid(), "kafka.Kafka")  # a recycled pid is not ours
+
+
+def test_a_process_just_started_runs_until_it_exits() -> None:
+
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        assert runs(proc.pid)
+    finally:
+        proc.kill()
+    # Exited but not reaped yet (a zombie), then reaped: neither runs.
+    deadline = time.monotonic() + 10
+    while runs(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not runs(proc.pid)
+    proc.wait()
+    assert not runs(proc.pid)
