@@ -4,20 +4,35 @@ edges (a name NFC makes longer, combining marks alone), the verdict id's shape."
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from anchorwatch.contracts import (
+    SCHEMA_VERSION,
     ContractError,
     FieldProblem,
     SnapshotEvent,
+    decode_baseline,
+    decode_drift_event,
     decode_snapshot,
+    decode_verdict,
+    decode_window,
+    encode,
+    schemas,
     validate,
     verdict_id,
 )
 from anchorwatch.contracts.models import doc_type_text
+from tests.unit.test_contracts import sample_records
+
+
+def _records() -> dict[str, BaseModel]:
+    return sample_records()
+
 
 T0 = 1_764_403_200_000
 
@@ -135,3 +150,44 @@ def test_a_verdict_id_is_v1_and_32_hex_digits_of_its_inputs() -> None:
               verdict_id("invoice", T0, "3")}  # fmt: skip
     assert vid not in others
     assert len(others) == 3
+
+
+def test_encode_leaves_out_what_is_none() -> None:
+    event = SnapshotEvent.model_validate(_event())
+    assert event.source is None
+    written = orjson.loads(encode(event))
+    assert "source" not in written
+    assert written["anchors"] == []
+    with_source = orjson.loads(encode(event.model_copy(update={"source": "gw"})))
+    assert with_source["source"] == "gw"
+
+
+@pytest.mark.parametrize("name", ["window-aggregate", "verdict", "baseline", "drift-event"])
+def test_each_record_decodes_from_its_own_bytes_and_refuses_another_kind(name: str) -> None:
+    records = _records()
+    decoder = {
+        "window-aggregate": decode_window,
+        "verdict": decode_verdict,
+        "baseline": decode_baseline,
+        "drift-event": decode_drift_event,
+    }[name]
+    record = records[name]
+    assert decoder(encode(record)) == record
+    assert decoder(encode(record).decode()) == record
+    other = "baseline" if name != "baseline" else "verdict"
+    with pytest.raises(ContractError) as caught:
+        decoder(encode(records[other]))
+    assert caught.value.record == type(record).__name__
+
+
+def test_write_all_writes_each_schema_and_can_write_them_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(schemas, "SCHEMA_DIR", tmp_path / "schemas")
+    for _ in range(2):  # the directory exists the second time
+        paths = schemas.write_all()
+        assert [p.name for p in paths] == [
+            f"{name}.v{SCHEMA_VERSION}.schema.json" for name in schemas.CONTRACTS
+        ]
+        for name, path in zip(schemas.CONTRACTS, paths, strict=True):
+            assert path.read_text(encoding="utf-8") == schemas.render(name)
