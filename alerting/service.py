@@ -83,8 +83,9 @@ class AlertingService:
     """Wires the consumer loop, the senders and the endpoint; ``start`` returns at once."""
 
     PRUNE_EVERY_S = 3600.0
-    #: A stop takes at most this long, whatever Kafka or the remote services do.
-    STOP_TIMEOUT_S = 10.0
+    #: A stop takes at most this long, whatever Kafka or the remote services do: within
+    #: Docker's default 10 s between SIGTERM and SIGKILL, exit included.
+    STOP_TIMEOUT_S = 8.0
     THREADS_SHARE = 0.6  # of it for the threads to finish; the rest for the Kafka clients
     REFRESH_EVERY_S = 30.0
     REFIT_CHECK_S = 30.0  # how often due refits are looked for
