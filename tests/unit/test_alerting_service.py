@@ -818,6 +818,27 @@ def test_webhook_mode_sends_one_message_per_change(tmp_path: Path, clock: Manual
     assert "resolved" in slack.messages[-1]["text"]
 
 
+def test_charts_decided_in_bot_mode_are_dropped_in_webhook_mode(
+    tmp_path: Path, slack: LocalSlackWithHistory, clock: ManualClock
+) -> None:
+    bot = Harness(settings_for(tmp_path, slack, None), clock)
+    bot.publish(lifecycle("invoice"))
+    bot.consume()  # decided with their charts, nothing sent yet
+    bot.store.close()
+    for d in bot.drainers:
+        d._store.close()
+    settings = AlertingSettings.load(
+        alerting={"state_dir": tmp_path / "state", "update_interval_s": 120},
+        policy=POLICY,
+        slack={"mode": "webhook", "webhook_url": slack.webhook_url},
+    )
+    h = Harness(settings, clock)
+    h.run()
+    assert len(slack.messages) == 4  # one per change; a chart is not sent as a message
+    rows = [r for r in h.store.outbox_rows() if r["action"] == "chart"]
+    assert [r["outcome"] for r in rows] == ["suppressed", "suppressed"]
+
+
 def test_a_permanent_failure_is_given_up_and_the_rest_goes_on(
     tmp_path: Path, slack: LocalSlackWithHistory, jira: LocalJira, clock: ManualClock
 ) -> None:
