@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.settings import KafkaSettings, TopicSettings
@@ -61,6 +62,34 @@ class Message:
     timestamp_ms: int
 
 
+_NO_LEADER_YET = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+
+
+def _watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float) -> Any:
+    """The partition's low and high offsets. A topic created a moment ago may not have its
+    leaders elected yet (NOT_LEADER_FOR_PARTITION and the like are retriable): asked again
+    until ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(partition, timeout=timeout_s)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            code = error.code() if isinstance(error, KafkaError) else None
+            retriable = code in _NO_LEADER_YET or (
+                isinstance(error, KafkaError) and error.retriable()
+            )
+            if not retriable or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
 def read_topic(kafka: KafkaSettings, topic: str, *, timeout_s: float = 30) -> Iterator[Message]:
     """Every record currently in ``topic``, from the beginning up to the end offsets seen at
     the start (a bounded read, without joining a consumer group)."""
@@ -83,7 +112,7 @@ def read_topic(kafka: KafkaSettings, topic: str, *, timeout_s: float = 30) -> It
         ends: dict[int, int] = {}
         assignment = []
         for p in info.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+            low, high = _watermarks(consumer, TopicPartition(topic, p), timeout_s)
             if high > low:
                 ends[p] = high
                 assignment.append(TopicPartition(topic, p, low))
