@@ -508,3 +508,57 @@ def test_model_changes_the_compiled_path_cannot_see_stop_the_import() -> None:
             validation.describe(model)
     assert validation.describe(Defaulted)["source"]["default"] == "gateway"
     assert validation.describe(SnapshotEvent)["source"]["default"] is None
+
+
+def _kong_entry_with(response: dict[str, str | None], request_id: str | None = None) -> bytes:
+    """An ordinary entry (with anchors), its response headers changed (None: removed)."""
+    entry = to_kong_entry(next(e for e in _events() if e.anchors))
+    headers = entry["response"]["headers"]
+    for name, value in response.items():
+        if value is None:
+            headers.pop(name, None)
+        else:
+            headers[name] = value
+    if request_id is not None:
+        entry["request"]["headers"]["x-request-id"] = request_id
+    return orjson.dumps([entry])
+
+
+@pytest.mark.parametrize(
+    ("response", "accepted"),
+    [
+        # active with anchors counted: the snapshot log is required
+        ({"x-anthropic-snapshot-log": None}, False),
+        ({"x-anthropic-snapshot-log": None, "x-anthropic-anchor-count": "0"}, True),
+        (
+            {
+                "x-anthropic-snapshot-log": None,
+                "x-anthropic-anchor-count": "3",
+                "x-anthropic-snapshot-status": "disabled",
+            },
+            True,
+        ),
+    ],
+)
+def test_an_entry_without_its_snapshot_log_gets_one_answer(
+    response: dict[str, str | None], accepted: bool
+) -> None:
+    body = _kong_entry_with(response)
+    reference = kong_body(body, source="kong-test", fast=False)
+    assert len(reference.accepted) == int(accepted)
+    fast = _reader_of(DEFAULT_FORMAT).kong(body, "kong-test", *_ANY_TIME)
+    assert fast is not None
+    assert fast[0] == (reference.accepted[0] if accepted else None)
+
+
+@pytest.mark.parametrize("request_id", ["req-7\u00a0", "\u3000req-7", "req-7\u2003", "req-7\u0085"])
+def test_a_header_with_unicode_space_at_an_end_is_stripped_as_python_strips_it(
+    request_id: str,
+) -> None:
+    """Python's str.strip() takes non-ASCII spaces too; the compiled reader leaves such a
+    value to the reference rather than keep them."""
+    body = _kong_entry_with({}, request_id=request_id)
+    reference = kong_body(body, source="kong-test", fast=False)
+    assert [a.event_id for a in reference.accepted] == ["req-7"]
+    assert _reader_of(DEFAULT_FORMAT).kong(body, "kong-test", *_ANY_TIME) == [None]
+    _same(kong_body, body, source="kong-test")
