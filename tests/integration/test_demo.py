@@ -186,10 +186,17 @@ def left_over(root: Path, sessions: set[int]) -> list[str]:
 
 
 def kill_everything(setting: Setting) -> None:
-    """The safety net: whatever is still up after the tests goes, by pid."""
+    """The safety net: whatever is still up after the tests goes, by pid, even when a run
+    failed before printing where its pid files are (every pid file under the runs' state
+    directory counts) and even when the stack cannot be asked."""
+    pids: list[int] = [proc.pid for proc in setting.own.values()]
+    for f in (setting.root / "runs").glob("**/*.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            pids.append(int(f.read_text().split()[0]))
+    with contextlib.suppress(Exception):
+        pids.extend(setting.pids().values())
     with contextlib.suppress(Exception):
         setting.stack().down()
-    pids = list(setting.pids().values())
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
