@@ -5,8 +5,9 @@ free ports in a private state directory, and stopped at the end."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,6 +58,34 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 @pytest.fixture(scope="session")
 def kafka(stack: Stack) -> KafkaSettings:
     return KafkaSettings(bootstrap_servers=stack.kafka.bootstrap)
+
+
+@pytest.fixture
+def private_kafka(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
+    """Start a Kafka of this test's own (no Flink), for tests that stop, kill or pause it;
+    keyword arguments are ``[topics]`` settings. Stopped at the end of the test."""
+    started: list[Stack] = []
+
+    def start(**topics: Any) -> Stack:
+        settings = StackSettings.load(
+            None,
+            stack={
+                "state_dir": tmp_path / f"stack-{len(started)}",
+                "kafka_port": free_port(),
+                "controller_port": free_port(),
+            },
+            **({"topics": topics} if topics else {}),
+        )
+        stack = Stack(settings)
+        started.append(stack)
+        stack.up(with_flink=False)
+        return stack
+
+    try:
+        yield start
+    finally:
+        for stack in started:
+            stack.down()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,8 +22,7 @@ from anchorwatch.alerting.service import list_incidents
 from anchorwatch.alerting.store import Store
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.slice import create_topics
-from anchorwatch.stack.processes import free_port
-from anchorwatch.stack.stack import Stack, StackSettings
+from anchorwatch.stack.stack import Stack
 from tests.integration.test_alerting_service import POLICY
 from tests.integration.test_alerting_service_support import (
     TOKEN,
@@ -48,20 +47,8 @@ STOP_WITHIN_S = 10
 
 
 @pytest.fixture
-def private_stack(tmp_path: Path) -> Iterator[Stack]:
-    settings = StackSettings.load(
-        stack={
-            "state_dir": tmp_path / "stack",
-            "kafka_port": free_port(),
-            "controller_port": free_port(),
-        },
-    )
-    stack = Stack(settings)
-    try:
-        stack.up(with_flink=False)
-        yield stack
-    finally:
-        stack.down()
+def private_stack(private_kafka: Callable[..., Stack]) -> Stack:
+    return private_kafka()
 
 
 def _pending(state: Path) -> int:

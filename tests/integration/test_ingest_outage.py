@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import aiohttp
 import orjson
@@ -20,8 +19,7 @@ from anchorwatch.connectors.settings import IngestSettings
 from anchorwatch.contracts import SnapshotEvent
 from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
 from anchorwatch.kafkaio import read_topic
-from anchorwatch.stack.processes import free_port
-from anchorwatch.stack.stack import Stack, StackSettings
+from anchorwatch.stack.stack import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -31,21 +29,8 @@ SENDERS = 4
 
 
 @pytest.fixture
-def private_stack(tmp_path: Path) -> Iterator[Stack]:
-    settings = StackSettings.load(
-        stack={
-            "state_dir": tmp_path / "stack",
-            "kafka_port": free_port(),
-            "controller_port": free_port(),
-        },
-        topics={"partitions": 2},
-    )
-    stack = Stack(settings)
-    try:
-        stack.up(with_flink=False)
-        yield stack
-    finally:
-        stack.down()
+def private_stack(private_kafka: Callable[..., Stack]) -> Stack:
+    return private_kafka(partitions=2)
 
 
 def _batches() -> list[list[SnapshotEvent]]:
