@@ -8,7 +8,7 @@ everything written, the COMMIT not reached), batch_after_commit (committed, befo
 commit), send_before (an outbox entry marked attempting, its request not sent), send_after
 (the remote side accepted it, not yet marked done), done_in_commit (inside the transaction
 that marks it done: written, not committed). The engine and the drainer call the hook; the
-crash trials (tests/integration/test_alerting_service_crash.py) set it.
+crash trials (tests/integration/alerting/test_service_crash.py) set it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ contract), counting what each input decided and every difference between the two
 The fuzz targets (connectors/native/fuzz, `make fuzz`) grow the corpus by coverage of the
 compiled reader and check it alone (no panic, same decision twice, records that read back
 as themselves); whether the reference path agrees is checked here, on every input they
-kept. tests/unit/test_fuzz_ingest.py replays the committed corpus the same way.
+kept. tests/unit/connectors/test_fuzz_corpus.py replays the committed corpus the same way.
 
     .venv/bin/python -m bench.fuzz_ingest seed connectors/native/fuzz/corpus
     .venv/bin/python -m bench.fuzz_ingest replay connectors/native/fuzz/corpus
@@ -29,7 +29,7 @@ from anchorwatch.connectors.records import Batch, kong_body, ndjson_body
 from anchorwatch.connectors.validation import TimeWindow
 from anchorwatch.contracts import SnapshotEvent, encode
 from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
-from tests.unit.test_ingest_fastpath import _FORMATS, _outcome
+from tests.unit.connectors.test_fastpath import _FORMATS, _outcome
 
 TARGETS = ("kong", "ndjson")
 CORPUS = Path(__file__).resolve().parent.parent / "connectors/native/fuzz/corpus"

@@ -16,7 +16,7 @@ needs (for Kong, the snapshot headers in each configured location and ``started_
 rest of each entry is skipped unread). An entry or line it does not accept takes the
 reference path (orjson, the pydantic contract), which accepts it or says exactly why not;
 so does a whole body that it cannot read. Both paths give the same answer, byte for byte
-(tests/unit/test_ingest_fastpath.py).
+(tests/unit/connectors/test_fastpath.py).
 """
 
 from __future__ import annotations

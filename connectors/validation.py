@@ -10,7 +10,7 @@ writes the record as ``contracts.encode`` would, byte for byte.
 It decides only what is accepted, never what an error says: whatever it refuses goes
 through the model itself (``snapshot_record``), whose ``ContractError`` names the fields.
 It must never accept what the model refuses, and the bytes it writes must equal
-``contracts.encode(SnapshotEvent(...))``; tests/unit/test_ingest_fastpath.py holds both
+``contracts.encode(SnapshotEvent(...))``; tests/unit/connectors/test_fastpath.py holds both
 against generated, malformed and hypothesis-made records and JSON texts.
 
 The contract's bounds live in the model and, as constants, in the Rust code. At import the

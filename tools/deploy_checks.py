@@ -1,4 +1,4 @@
-"""What the deployment's static checks (tests/unit/test_deploy_*.py) and the dashboard
+"""What the deployment's static checks (tests/unit/deploy/) and the dashboard
 renderer share: reading the compose file the way Compose does, the settings each service
 reads, the metric names the code exports, the Flink options Flink knows, the PromQL in the
 rules and the dashboard.

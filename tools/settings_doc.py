@@ -12,7 +12,7 @@ printed.
     python -m tools.settings_doc --check    # exit 1 when docs/settings.md is stale
     python -m tools.settings_doc            # print the page
 
-``tests/unit/test_settings.py`` compares the whole file with what this writes.
+``tests/unit/anchorwatch/test_settings.py`` compares the whole file with what this writes.
 """
 
 from __future__ import annotations
@@ -365,8 +365,8 @@ INTRO = """\
 # Settings
 
 <!-- Generated from the settings models by `python -m tools.settings_doc --write`; do not
-edit by hand. tests/unit/test_settings.py fails when this file differs from what the tool
-writes. -->
+edit by hand. tests/unit/anchorwatch/test_settings.py fails when this file differs from what
+the tool writes. -->
 
 Every command reads one settings object from environment variables and an optional TOML file
 (`--config FILE` or `ANCHORWATCH_CONFIG`), validated when it starts; an error names the

@@ -6,7 +6,7 @@
 //! reason, comes back as None and takes the reference path (orjson and the pydantic
 //! contract), which accepts it or says exactly why not; so does a whole body that it cannot
 //! read (`kong` returns None). Hence the rule for every check below: refuse whenever the
-//! reference might answer differently. tests/unit/test_ingest_fastpath.py holds both paths
+//! reference might answer differently. tests/unit/connectors/test_fastpath.py holds both paths
 //! equal on generated, malformed and hypothesis-made input.
 //!
 //! The contract's bounds are constants here; `contract()` describes them, and

@@ -14,9 +14,9 @@ use std::process::Command;
 
 // The tests that exercise the compiled reader, cheapest and most pointed first (pytest -x
 // stops at the first failure). MUTATE_NATIVE_TESTS replaces the list.
-const TESTS: &str = "tests/unit/test_contract_rules.py tests/unit/test_ingest_validation.py \
-                     tests/unit/test_ingest_records.py tests/unit/test_kong.py \
-                     tests/unit/test_ingest_fastpath.py";
+const TESTS: &str = "tests/unit/anchorwatch/contracts/test_contract_rules.py tests/unit/connectors/test_validation.py \
+                     tests/unit/connectors/test_records.py tests/unit/connectors/test_kong.py \
+                     tests/unit/connectors/test_fastpath.py";
 
 #[test]
 fn python_unit_tests_pass_against_this_build() {

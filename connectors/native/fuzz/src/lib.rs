@@ -9,7 +9,7 @@
 //! - an accepted record, read again as an NDJSON line, is accepted as the same bytes.
 //!
 //! Whether the reference path (orjson + pydantic) agrees is checked in Python on the corpus
-//! these targets grow: bench/fuzz_ingest.py, tests/unit/test_fuzz_ingest.py.
+//! these targets grow: bench/fuzz_ingest.py, tests/unit/connectors/test_fuzz_corpus.py.
 
 mod native {
     #![allow(dead_code)]
@@ -25,7 +25,7 @@ mod native {
     /// The contract's own time bounds, as `records.py` passes them without a window.
     const WINDOW: (i64, i64) = (EPOCH_MS_GE, EPOCH_MS_LT - 1);
 
-    /// The Kong header layouts of the Python comparison (test_ingest_fastpath `_FORMATS`):
+    /// The Kong header layouts of the Python comparison (tests/unit/connectors/test_fastpath.py `_FORMATS`):
     /// the default (doc type trusted on the request, measurements on the response), the doc
     /// type trusted on both, everything on both but the request id, two names swapped.
     fn readers(py: Python<'_>) -> &'static [SnapshotReader] {

@@ -1,0 +1,163 @@
+"""The local Slack and Jira pages in a real headless browser (the system's chromium, driven
+through chromium-driver): after the demo's flow, a person finds each incident's thread with
+its chart, and each ticket with its comments and status history. Screenshots are saved
+(to ANCHORWATCH_SCREENSHOT_DIR when set, e.g. docs/)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anchorwatch.alerting.service import list_incidents
+from anchorwatch.journey import slack_permalink
+from tests.support.journey import JourneyRun, journey_run, state_path
+
+__all__ = ["journey_run"]
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
+    if missing:
+        pytest.fail(f"{missing} not found: apt-get install -y chromium chromium-driver")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1280,1600",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _screenshot(driver: Any, tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    driver.save_screenshot(str(path))
+    assert path.stat().st_size > 10_000
+    target = os.environ.get("ANCHORWATCH_SCREENSHOT_DIR")
+    if target:
+        shutil.copy(path, Path(target) / name)
+
+
+def test_slack_channel_view_shows_each_incident_thread_with_its_chart(
+    journey_run: JourneyRun, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    run = journey_run
+    incidents = list_incidents(state_path(run), open_only=False, limit=100)
+    assert len(incidents) == len(run.plan.labels)
+    for item in incidents:
+        refs = item.refs
+        assert refs.slack_ts is not None
+        # The permalink the demo prints opens the channel with that thread highlighted.
+        browser.get(slack_permalink(f"{run.slack_url}/", refs.slack_channel, refs.slack_ts))
+        (thread,) = browser.find_elements(By.CSS_SELECTOR, "article.thread.focus")
+        assert thread.get_attribute("data-ts") == refs.slack_ts
+        parent = thread.find_element(By.CSS_SELECTOR, ".parent").text
+        assert f"Drift resolved {item.row.doc_type}" in parent
+        assert "resolved" in thread.find_element(By.CSS_SELECTOR, ".state").text
+        assert "edited" in thread.find_element(By.CSS_SELECTOR, ".edited").text
+        resolution = thread.find_elements(By.CSS_SELECTOR, ".reply.resolution")
+        assert len(resolution) == 1
+        assert "Resolved after" in resolution[0].text
+        assert "mean drift back to" in resolution[0].text
+        charts = thread.find_elements(By.CSS_SELECTOR, "img.chart")
+        assert charts
+        for img in charts:  # loaded, and drawn at a real size
+            assert (
+                browser.execute_script(
+                    "return arguments[0].complete && arguments[0].naturalWidth", img
+                )
+                > 200
+            )
+    # All threads of the channel on one page: the first incident's permalink for the picture.
+    first = min(incidents, key=lambda i: i.row.opened_at_ms)
+    browser.get(slack_permalink(f"{run.slack_url}/", first.refs.slack_channel,
+                                first.refs.slack_ts or ""))  # fmt: skip
+    assert len(browser.find_elements(By.CSS_SELECTOR, "article.thread")) == len(incidents)
+    _screenshot(browser, tmp_path, "local-slack.png")
+
+
+def _submit(browser: Any) -> None:
+    """Click the filter button and wait for the page it loads."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    form = browser.find_element(By.CSS_SELECTOR, "form.filters")
+    form.find_element(By.TAG_NAME, "button").click()
+    WebDriverWait(browser, 10).until(expected_conditions.staleness_of(form))
+
+
+def test_jira_list_filters_and_ticket_view_with_comments_and_history(
+    journey_run: JourneyRun, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    run = journey_run
+    incidents = list_incidents(state_path(run), open_only=False, limit=100)
+    browser.get(f"{run.jira_url}/")
+    rows = browser.find_elements(By.CSS_SELECTOR, "tr.ticket")
+    assert len(rows) == len(incidents)
+    # Filters, as a person uses them: resolved tickets of one doc type.
+    Select(browser.find_element(By.NAME, "status")).select_by_value("open")
+    _submit(browser)
+    assert browser.find_elements(By.CSS_SELECTOR, "tr.ticket") == []  # all are resolved
+    Select(browser.find_element(By.NAME, "status")).select_by_value("resolved")
+    doc = incidents[0].row.doc_type
+    Select(browser.find_element(By.NAME, "doc")).select_by_visible_text(doc)
+    _submit(browser)
+    (row,) = browser.find_elements(By.CSS_SELECTOR, "tr.ticket")
+    assert row.get_attribute("data-key") == incidents[0].refs.jira_key
+    assert row.find_element(By.CSS_SELECTOR, ".status").text == "Done"
+    browser.get(f"{run.jira_url}/")
+    _screenshot(browser, tmp_path, "local-jira-list.png")
+
+    for item in incidents:
+        key = item.refs.jira_key
+        browser.get(f"{run.jira_url}/browse/{key}")
+        assert browser.find_element(By.CSS_SELECTOR, ".key").text == key
+        summary = browser.find_element(By.CSS_SELECTOR, ".summary").text
+        assert summary.startswith(f"[URGENT] Drift Alert: {item.row.doc_type} - Score ")
+        assert browser.find_element(By.CSS_SELECTOR, ".status").text == "Done"
+        # The description's windows table, rendered from wiki markup.
+        assert browser.find_elements(By.CSS_SELECTOR, ".desc table tr")
+        assert (
+            f"Drift alert for document type {item.row.doc_type}"
+            in browser.find_element(By.CSS_SELECTOR, ".desc").text
+        )
+        comments = browser.find_elements(By.CSS_SELECTOR, ".comment")
+        assert comments
+        assert comments[-1].text.split("\n")[1].startswith("Resolved")
+        history = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "table.history tr")]
+        assert history[1].endswith("created To Do")
+        assert history[-1].endswith("To Do → Done")
+    _screenshot(browser, tmp_path, "local-jira-ticket.png")

@@ -1,0 +1,192 @@
+"""Refits in the alerting service without Kafka: the engine keeps the windows it judged, the
+refitter fits the due types (leaving out incident windows) and hands the baselines to a
+recording publisher, on a manual clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from anchorwatch.alerting.engine import Engine, RawMessage
+from anchorwatch.alerting.notify import ManualClock
+from anchorwatch.alerting.refit import RefitMetrics, Refitter
+from anchorwatch.alerting.service_metrics import ServiceMetrics
+from anchorwatch.alerting.settings import AlertingSettings
+from anchorwatch.alerting.store import Store
+from anchorwatch.baseline_publish import BaselinePublishError
+from anchorwatch.contracts import Baseline, Verdict, encode
+from anchorwatch.policy.fitting import fit_baseline
+from anchorwatch.policy.incidents import Incident, IncidentChange
+from anchorwatch.policy.refit import RefitHistory, RefitSchedule
+from tests.support.alerting import T0, verdict
+
+HOUR_S = 3600.0
+
+
+class Setup:
+    def __init__(self, tmp_path: Path, **alerting: Any) -> None:
+        self.settings = AlertingSettings.load(
+            alerting={
+                "state_dir": tmp_path / "state",
+                "refit_min_windows": 5,
+                "refit_interval_s": 3600,
+                **alerting,
+            },
+            policy={"min_windows": 5},
+        )
+        a = self.settings.alerting
+        self.clock = ManualClock(T0 / 1000 + 86_400)
+        self.registry = CollectorRegistry()
+        self.engine = Engine(
+            self.settings,
+            Store(a.state_dir),
+            ServiceMetrics(self.registry),
+            ["events"],
+            clock=self.clock,
+            refit=RefitHistory(
+                RefitSchedule(
+                    a.refit_interval_s * 1000, a.refit_history_s * 1000, a.refit_min_windows
+                )
+            ),
+        )
+        self.published: list[list[Baseline]] = []
+        self.fail = False
+        self.offset = 0
+        self.refitter = Refitter(
+            self.settings,
+            self.engine,
+            RefitMetrics(self.registry),
+            clock=self.clock,
+            publish=self._publish,
+        )
+
+    def _publish(self, baselines: list[Baseline]) -> None:
+        if self.fail:
+            raise BaselinePublishError("0 of 1 baselines acknowledged")
+        self.published.append(baselines)
+
+    def feed(self, verdicts: list[Verdict]) -> None:
+        messages = []
+        for v in verdicts:
+            messages.append(RawMessage("verdicts", 0, self.offset, encode(v)))
+            self.offset += 1
+        self.engine.process(messages, int(self.clock() * 1000))
+
+    def refits(self, outcome: str) -> float:
+        value = self.registry.get_sample_value(
+            "anchorwatch_alerting_baseline_refits_total", {"outcome": outcome}
+        )
+        return value or 0.0
+
+
+CLEAN = [0.30, 0.34, 0.31, 0.38, 0.33, 0.36, 0.32, 0.35, 0.37, 0.39, 0.30, 0.31]
+
+
+def test_due_types_are_fitted_and_incident_windows_left_out(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    quiet = [verdict("quiet", i, m) for i, m in enumerate(CLEAN)]
+    # "drifting": ten clean windows, then four above the static threshold: an incident
+    # opens on the second and is still open.
+    drifting = [verdict("drifting", i, m) for i, m in enumerate(CLEAN[:10])]
+    drifting += [verdict("drifting", 10 + i, 0.88) for i in range(4)]
+    s.feed(sorted(quiet + drifting, key=lambda v: v.window.window_start_ms))
+    assert [i.doc_type for i in s.engine.open_incidents()] == ["drifting"]
+
+    published = s.refitter.run()
+    assert s.published == [published]
+    by_type = {b.doc_type: b for b in published}
+    assert by_type["drifting"].window_count == 10
+    assert by_type["quiet"].window_count == 12
+    now_ms = int(s.clock() * 1000)
+    expected = fit_baseline(
+        "drifting",
+        [v.window for v in drifting[:10]],
+        s.settings.policy,
+        fitted_at_ms=now_ms,
+        history_start_ms=T0,
+        history_end_ms=T0 + 10 * 60_000,
+    ).baseline
+    assert by_type["drifting"] == expected
+    assert s.refits("published") == 2
+    assert s.registry.get_sample_value(
+        "anchorwatch_alerting_baseline_refit_last_timestamp_seconds"
+    ) == pytest.approx(s.clock())
+
+
+def test_a_type_is_refitted_only_after_the_interval_and_new_windows(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    s.feed([verdict("quiet", i, m) for i, m in enumerate(CLEAN)])
+    assert len(s.refitter.run()) == 1
+    assert s.refitter.run() == []  # just fitted
+    s.clock.now += HOUR_S
+    assert s.refitter.run() == []  # no new windows
+    s.feed([verdict("quiet", 12 + i, m) for i, m in enumerate(CLEAN[:5])])
+    (again,) = s.refitter.run()
+    assert again.window_count == 17
+
+
+def test_a_failed_publish_is_retried_later(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    s.feed([verdict("quiet", i, m) for i, m in enumerate(CLEAN)])
+    s.fail = True
+    assert s.refitter.run() == []
+    assert s.refits("failed") == 1
+    s.fail = False
+    assert s.refitter.run() == []  # waits before retrying
+    s.clock.now += Refitter.RETRY_S
+    assert [b.doc_type for b in s.refitter.run()] == ["quiet"]
+
+
+def test_too_little_history_never_replaces_a_fitted_baseline(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    s.feed([verdict("quiet", i, m) for i, m in enumerate(CLEAN)])
+    (fitted,) = s.refitter.run()
+    s.engine.set_baseline(fitted)
+    # A stricter fit needs more windows than the type has.
+    strict = s.settings.model_copy(
+        update={"policy": s.settings.policy.model_copy(update={"min_windows": 100})}
+    )
+    refitter = Refitter(strict, s.engine, RefitMetrics(CollectorRegistry()), clock=s.clock)
+    s.clock.now += HOUR_S
+    s.feed([verdict("quiet", 12 + i, m) for i, m in enumerate(CLEAN[:5])])
+    assert refitter.run() == []
+    assert s.engine.tracker.baseline("quiet") == fitted
+
+
+def test_dry_run_fits_and_publishes_nothing(tmp_path: Path) -> None:
+    s = Setup(tmp_path, dry_run=True)
+    s.feed([verdict("quiet", i, m) for i, m in enumerate(CLEAN)])
+    assert [b.doc_type for b in s.refitter.run()] == ["quiet"]
+    assert s.published == []
+    assert s.refits("dry_run") == 1
+    assert s.refitter.run() == []
+
+
+def test_an_adapted_resolution_reaches_the_notification_view(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    incident = Incident(
+        incident_id="i1-x",
+        doc_type="medical_report",
+        rule="drift",
+        severity="warning",
+        evidence="window",
+        first_breach_ms=T0,
+        opened_at_ms=T0 + 120_000,
+        resolved_at_ms=T0 + 600_000,
+        resolution="adapted",
+        peak_mean_drift=0.63,
+        peak_window_start_ms=T0,
+        last_breach_ms=T0 + 540_000,
+        breach_windows=9,
+        reopened=0,
+        baseline_version="b1-x",
+        threshold=0.58,
+        adapted_from=0.52,
+        adapted_to=0.61,
+    )
+    v = verdict("medical_report", 9, 0.61)
+    view = s.engine._view(IncidentChange("resolved", incident, T0 + 540_000, v.window, None))
+    assert (view.adapted_from, view.adapted_to) == (0.52, 0.61)

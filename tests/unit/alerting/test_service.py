@@ -1,0 +1,957 @@
+"""The alerting service without Kafka: the engine deciding batches of verdicts and the
+senders draining the outbox through the real Slack and Jira clients to the local servers,
+driven by hand on a manual clock. A "crash" drops every object at a chosen point (the hook
+raises instead of killing the process) and builds the service anew from its state file;
+the verdicts are fed again from the offsets the state holds, as Kafka would."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import requests
+from prometheus_client import CollectorRegistry
+from pydantic import TypeAdapter, ValidationError
+from slack_sdk.web import WebClient
+
+from anchorwatch.alerting.crash import CrashPoints
+from anchorwatch.alerting.engine import Engine, RawMessage
+from anchorwatch.alerting.fakes.jira import LocalJira
+from anchorwatch.alerting.fakes.slack import LocalSlack
+from anchorwatch.alerting.integrations import registry
+from anchorwatch.alerting.integrations.base import BatchSender, Delivered, Sender
+from anchorwatch.alerting.integrations.dry_run import DryRunSender
+from anchorwatch.alerting.integrations.jira.sender import JiraSender
+from anchorwatch.alerting.integrations.slack.notifier import SlackNotifier, SlackWebhookNotifier
+from anchorwatch.alerting.integrations.slack.sender import SlackSender, SlackWebhookSender
+from anchorwatch.alerting.notify import ManualClock, NotifyError, OneAttempt
+from anchorwatch.alerting.outbox import Drainer, TokenBucket
+from anchorwatch.alerting.render import incident_label
+from anchorwatch.alerting.service_metrics import ServiceMetrics
+from anchorwatch.alerting.settings import AlertingSettings
+from anchorwatch.alerting.store import OutboxEntry, Store
+from anchorwatch.contracts import encode
+from anchorwatch.contracts.models import DocType
+from tests.support.alerting import (
+    LocalSlackWithHistory,
+    lifecycle,
+    parents_by_label,
+    slack_threads,
+    verdict,
+)
+from tests.unit.alerting.test_render import HOSTILE, assert_slack_safe
+
+TOKEN = "xoxb-test"
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
+TOPIC = "verdicts"
+
+
+class Crash(BaseException):
+    """The process dying: nothing after the hook runs, nothing catches it."""
+
+
+@dataclass
+class RecordingEvents:
+    """The events integration without Kafka (the integration tests use the real topic)."""
+
+    integration: str = "events"
+    sent: list[dict[str, Any]] = field(default_factory=list)
+
+    def bind(self, store: Store) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def send_batch(self, entries: Sequence[OutboxEntry]) -> dict[int, Delivered | NotifyError]:
+        self.sent += [e.payload["event"] for e in entries]
+        return {e.id: Delivered("sent") for e in entries}
+
+
+#: The lifecycle escalates on its first critical window: these tests are about delivering
+#: an escalation, not about how much evidence one takes (the policy's tests are).
+POLICY = {"rules": [{"name": "drift", "open_after_critical": 1}]}
+
+
+def settings_for(
+    tmp_path: Path, slack: LocalSlack | None, jira: LocalJira | None, **alerting: Any
+) -> AlertingSettings:
+    return AlertingSettings.load(
+        alerting={"state_dir": tmp_path / "state", "update_interval_s": 120, **alerting},
+        policy=POLICY,
+        slack=(
+            {"mode": "bot", "api_url": slack.api_url, "bot_token": TOKEN}
+            if slack
+            else {"mode": "off"}
+        ),
+        jira={"enabled": True, "url": jira.url, "comment_interval_s": 0}
+        if jira
+        else {"enabled": False},
+        retry={"max_attempts": 3, "max_elapsed_s": 30, "base_delay_s": 1, "max_delay_s": 60},
+    )
+
+
+class Harness:
+    """Engine and senders on one state directory, a partitioned in-memory verdict log, and
+    a manual clock. ``restart`` is what a process restart does."""
+
+    def __init__(
+        self,
+        settings: AlertingSettings,
+        clock: ManualClock,
+        *,
+        crash: str | None = None,
+        dry_run: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.log: dict[int, list[bytes]] = {}
+        self.events = RecordingEvents()
+        self.dry_run = dry_run
+        self.crashes = 0
+        self._start(crash)
+
+    def _raise(self) -> None:
+        self.crashes += 1
+        raise Crash
+
+    def _start(self, crash: str | None) -> None:
+        s = self.settings
+        self.registry = CollectorRegistry()
+        self.metrics = ServiceMetrics(self.registry)
+        hook = CrashPoints(crash, action=self._raise)
+        integrations: list[str] = []
+        if s.slack.mode != "off":
+            integrations.append("slack")
+        if s.jira.enabled:
+            integrations.append("jira")
+        integrations.append("events")
+        self.store = Store(s.alerting.state_dir)
+        self.engine = Engine(
+            s, self.store, self.metrics, integrations, clock=self.clock, crash=hook
+        )
+        self.drainers: list[Drainer] = []
+        for integration in integrations:
+            self.drainers.append(
+                Drainer(
+                    self._delivery(integration),
+                    Store(s.alerting.state_dir),
+                    self._retry(),
+                    self.metrics,
+                    clock=self.clock,
+                    crash=hook,
+                )
+            )
+
+    def _retry(self) -> Any:
+        return self.settings.retry.policy(sleep=self.clock.sleep, clock=self.clock)
+
+    def _delivery(self, integration: str) -> Sender | BatchSender:
+        s = self.settings
+        if self.dry_run:
+            return DryRunSender(registry.BY_NAME[integration], s)
+        if integration == "events":
+            return self.events
+        # As the service does: one attempt per call, the drainer retries.
+        caller = OneAttempt(clock=self.clock)
+        if integration == "jira":
+            return JiraSender.from_settings(s.jira, caller, clock_ms=self.clock.ms)
+        if s.slack.mode == "webhook":
+            return SlackWebhookSender(SlackWebhookNotifier.from_settings(s.slack, caller))
+        client = WebClient(token=TOKEN, base_url=s.slack.api_url, retry_handlers=[])
+        notifier = SlackNotifier(client, s.routing, caller, chart_renderer=lambda p, t: PNG)
+        return SlackSender(notifier, s.routing)
+
+    def restart(self) -> None:
+        self.store.close()
+        for d in self.drainers:
+            d._store.close()
+        self._start(None)
+
+    @staticmethod
+    def partition_of(doc_type: str) -> int:
+        return sum(doc_type.encode()) % 2
+
+    def publish(self, verdicts: Sequence[Any]) -> None:
+        """Append to the log, a doc type always to the same partition (keyed)."""
+        for v in verdicts:
+            raw = v if isinstance(v, bytes) else encode(v)
+            key = 0 if isinstance(v, bytes) else self.partition_of(v.window.doc_type)
+            self.log.setdefault(key, []).append(raw)
+
+    def consume(self, batch_max: int = 500) -> None:
+        """Everything not yet committed, in batches, from the stored offsets, the
+        partitions interleaved as a consumer fetching them together sees them."""
+        while True:
+            pending = []
+            for p, records in sorted(self.log.items()):
+                start = self.engine.offsets.get((TOPIC, p), 0)
+                pending.append(
+                    [RawMessage(TOPIC, p, start + i, raw) for i, raw in enumerate(records[start:])]
+                )
+            messages = [m for group in zip_longest(*pending) for m in group if m is not None]
+            if not messages:
+                return
+            self.engine.process(messages[:batch_max], self.clock.ms())
+
+    def drain(self) -> None:
+        for drainer in self.drainers:
+            for _ in range(1000):
+                wait = drainer.drain_once()
+                if wait is None or wait > 0:
+                    break
+
+    def run(self, rounds: int = 20) -> None:
+        """Consume and drain until done, restarting after a crash; the clock moves on."""
+        for _ in range(rounds):
+            try:
+                self.consume()
+                self.drain()
+            except Crash:
+                self.restart()
+                continue
+            if all(r["status"] in ("done", "failed") for r in self.store.outbox_rows()):
+                return
+            self.clock.now += 70
+        raise AssertionError("the outbox did not drain")
+
+    def value(self, name: str, **labels: str) -> float:
+        return self.registry.get_sample_value(name, labels) or 0.0
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    import time
+
+    return ManualClock(start=time.time())
+
+
+@pytest.fixture
+def slack() -> Iterator[LocalSlackWithHistory]:
+    with LocalSlackWithHistory(token=TOKEN) as server:
+        yield server
+
+
+@pytest.fixture
+def jira() -> Iterator[LocalJira]:
+    with LocalJira() as server:
+        yield server
+
+
+def issues(server: LocalJira) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = requests.get(f"{server.url}/_local/issues", timeout=5).json()[
+        "issues"
+    ]
+    return found
+
+
+def posted(server: LocalSlack) -> list[dict[str, Any]]:
+    """Messages the bot posted (not file shares)."""
+    return [m for m in server.messages if m.get("subtype") is None]
+
+
+def assert_one_clean_lifecycle(
+    h: Harness, slack: LocalSlack, jira: LocalJira, doc: str, first_minute: int = 0
+) -> None:
+    """The incident of ``lifecycle(doc, first_minute)``: one thread, replies in order, one
+    ticket with its comments in order and Done, three distinct drift events."""
+    escalated, progressed = f"14:{first_minute + 3:02d}", f"14:{first_minute + 5:02d}"
+    rows = [r for r in h.store.list_incidents(open_only=False, limit=1000) if r.row.doc_type == doc]
+    assert len(rows) == 1
+    incident_id = rows[0].row.incident_id
+    label = incident_label(incident_id)
+    messages = posted(slack)
+    parents = [m for m in messages if not m["thread_ts"] and doc in _doc(m)]
+    assert len(parents) == 1, parents
+    parent = parents[0]
+    assert parent["params"]["metadata"]["event_payload"]["incident_label"] == label
+    replies = [m["text"] for m in slack_threads(messages).get(parent["ts"], [])]
+    assert len(replies) == 3, replies
+    assert replies[0].startswith("Update")
+    assert escalated in replies[0]
+    assert replies[1].startswith("Update")
+    assert progressed in replies[1]
+    assert replies[2].startswith("Resolved")
+    assert parent["text"].startswith("[CRITICAL] Drift resolved")  # edited in place
+    if h.settings.slack.charts:
+        # Each update's chart once, right after its reply, whatever cut the two apart.
+        thread = slack_threads(slack.messages)[parent["ts"]]
+        shape = ["chart" if m.get("files") else m["text"].split(" ")[0] for m in thread]
+        assert shape == ["Update", "chart", "Update", "chart", "Resolved:"], shape
+        names = [slack.files[f]["name"] for m in thread for f in m.get("files", [])]
+        assert len(set(names)) == 2, names
+    tickets = [i for i in issues(jira) if label in i["fields"]["labels"]]
+    assert len(tickets) == 1
+    comments = tickets[0]["comments"]
+    assert [c.split(",")[0].split(" ")[0] for c in comments] == ["Update", "Update", "Resolved"]
+    assert escalated in comments[0]
+    assert progressed in comments[1]
+    assert tickets[0]["fields"]["status"]["name"] == "Done"
+    # Drift events may repeat after a crash: consumers deduplicate by event id.
+    events = {e["event_id"]: e for e in h.events.sent if e["incident_id"] == incident_id}
+    assert [e["event_type"] for e in events.values()] == [
+        "ANCHOR_DRIFT_ALERT",
+        "ANCHOR_DRIFT_ALERT",
+        "ANCHOR_DRIFT_RESOLVED",
+    ]
+
+
+def _doc(message: dict[str, Any]) -> str:
+    return orjson.dumps(message["blocks"]).decode() + str(message["text"])
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def test_lifecycle_open_escalate_progress_resolve(
+    tmp_path: Path, slack: LocalSlackWithHistory, jira: LocalJira, clock: ManualClock
+) -> None:
+    h = Harness(settings_for(tmp_path, slack, jira), clock)
+    h.publish(lifecycle("medical_report"))
+    h.run()
+    assert_one_clean_lifecycle(h, slack, jira, "medical_report")
+    # The escalation and the progress update each upload a chart into the thread.
+    assert sum(1 for m in slack.messages if m.get("subtype") == "file_share") == 2
+    assert [e["evidence"]["mean_drift"] for e in h.events.sent] == [0.88, 0.95, 0.5]
+    assert h.value("anchorwatch_alerting_verdicts_total", outcome="processed") == 9
+    assert (
+        h.value("anchorwatch_alerting_notifications_total", integration="slack", outcome="sent")
+        == 6  # four messages, two charts
+    )
+    assert (
+        h.value("anchorwatch_alerting_notifications_total", integration="jira", outcome="sent") == 4
+    )
+    assert h.value("anchorwatch_alerting_incidents_open", severity="critical") == 0
+    assert h.value("anchorwatch_alerting_window_mean_drift", doc_type="medical_report") == 0.5
+    assert h.value("anchorwatch_alerting_threshold", doc_type="medical_report") == 0.85
+    assert (
+        h.value("anchorwatch_alerting_notification_latency_seconds_count", integration="slack") == 6
+    )
+
+
+def test_the_open_incident_is_visible_while_it_lasts(
+    tmp_path: Path, slack: LocalSlackWithHistory, jira: LocalJira, clock: ManualClock
+) -> None:
+    h = Harness(settings_for(tmp_path, slack, jira), clock)
+    h.publish(lifecycle("invoice")[:5])
+    h.run()
+    (listing,) = h.store.list_incidents(open_only=True, limit=10)
+    assert listing.row.severity == "critical"
+    assert listing.row.record["peak_mean_drift"] == 0.95
+    assert listing.refs.jira_key == "OPS-1"
+    assert listing.refs.slack_ts is not None
+    assert h.value("anchorwatch_alerting_incidents_open", severity="critical") == 1
+
+
+def test_decisions_do_not_depend_on_where_batches_end(tmp_path: Path, clock: ManualClock) -> None:
+    # The second incident of "a" comes after the policy's re-open span: a new incident.
+    verdicts = lifecycle("a") + lifecycle("b", first_minute=2) + lifecycle("a", first_minute=50)
+    outboxes = []
+    for batch_max in (1, 7, 500):
+        settings = settings_for(tmp_path / str(batch_max), None, None)
+        h = Harness(settings, ManualClock(start=clock.now))
+        h.publish(verdicts)
+        h.consume(batch_max=batch_max)
+        outboxes.append(
+            [
+                (r["incident_id"], r["seq"], r["integration"], r["action"], r["kind"], r["payload"])
+                for r in sorted(h.store.outbox_rows(), key=lambda r: (r["incident_id"], r["seq"]))
+            ]
+        )
+    assert outboxes[0] == outboxes[1] == outboxes[2]
+    assert len(outboxes[0]) == 9  # three incidents: alert, escalation, resolution
+
+
+def test_replays_stale_and_invalid_verdicts_are_skipped(tmp_path: Path, clock: ManualClock) -> None:
+    h = Harness(settings_for(tmp_path, None, None), clock)
+    h.publish(lifecycle("invoice"))
+    h.consume()
+    rows = len(h.store.outbox_rows())
+    h.publish(lifecycle("invoice"))  # the drift job's at-least-once sink repeating itself
+    h.publish([verdict("invoice", 3, 0.99, job_version="j2")])  # an old window re-judged
+    h.publish([b"not json", b'{"verdict_id": "x"}'])
+    h.consume()
+    assert len(h.store.outbox_rows()) == rows
+    assert h.value("anchorwatch_alerting_verdicts_total", outcome="replay") == 9
+    assert h.value("anchorwatch_alerting_verdicts_total", outcome="stale") == 1
+    assert h.value("anchorwatch_alerting_verdicts_total", outcome="invalid") == 2
+    # Offsets moved past everything, the invalid records included.
+    assert sum(h.engine.offsets.values()) == sum(len(r) for r in h.log.values())
+
+
+# --------------------------------------------------------------------------- crashes
+
+
+#: Slack's sends, in order: 1 parent, 2 escalation reply, 3 its chart, 4 progress reply,
+#: 5 its chart, 6 resolution.
+CRASHES = [
+    "batch_before_commit@1",
+    "batch_before_commit@2",
+    "batch_in_commit@2",  # the escalation's batch written, its COMMIT not reached
+    "send_before:slack@1",
+    "send_after:slack@1",  # parent posted, not recorded
+    "send_after:slack@2",  # escalation reply posted, not recorded; its chart not uploaded
+    "send_before:slack@3",  # the chart's entry marked attempting, nothing uploaded
+    "send_after:slack@3",  # chart uploaded, not recorded
+    "send_after:slack@4",  # progress reply posted, its chart not uploaded
+    "send_after:slack@6",  # resolution posted, not recorded
+    "send_before:jira@2",
+    "send_after:jira@1",  # ticket created, not recorded
+    "send_after:jira@2",  # comment written, not recorded
+    "send_after:jira@4",  # resolved, not recorded
+    "send_after:events@1",
+    "done_in_commit:slack@1",  # the parent posted, its thread not stored
+    "done_in_commit:jira@2",  # the comment written, its done not committed
+]
+
+
+@pytest.mark.parametrize("crash", CRASHES)
+def test_a_crash_at_any_step_neither_loses_nor_repeats(
+    tmp_path: Path,
+    slack: LocalSlackWithHistory,
+    jira: LocalJira,
+    clock: ManualClock,
+    crash: str,
+) -> None:
+    h = Harness(settings_for(tmp_path, slack, jira), clock, crash=crash)
+    h.publish(lifecycle("medical_report")[:5])
+    h.run()
+    h.publish(lifecycle("medical_report")[5:])
+    h.run()
+    assert h.crashes == 1
+    assert_one_clean_lifecycle(h, slack, jira, "medical_report")
+    # Opening a ticket needs no reconciling: it searches by the incident's label first.
+    point, integration = crash.split("@")[0].partition(":")[::2]
+    accepted = point in ("send_after", "done_in_commit") and integration in ("slack", "jira")
+    if accepted and crash != "send_after:jira@1":
+        assert sum(r["outcome"] == "reconciled" for r in h.store.outbox_rows()) == 1
+
+
+def test_crashing_again_and_again_still_delivers_once(
+    tmp_path: Path, slack: LocalSlackWithHistory, jira: LocalJira, clock: ManualClock
+) -> None:
+    h = Harness(settings_for(tmp_path, slack, jira), clock)
+    a, b = lifecycle("medical_report"), lifecycle("invoice", first_minute=1)
+    points = ["send_after:slack", "send_after:jira", "send_before:slack", "batch_before_commit"]
+    for i in range(len(a)):
+        h.publish([a[i], b[i]])  # the verdicts trickle in while the service keeps crashing
+        h.restart()
+        h._start(points[i % 4])
+        try:
+            h.consume()
+            h.drain()
+        except Crash:
+            pass
+        # Slack's clock is the real one: the search for a message reaches back two minutes
+        # from the first attempt by our clock, which must not run ahead by more.
+        clock.now += 5
+    h.restart()
+    h.run()
+    assert h.crashes >= 6
+    assert_one_clean_lifecycle(h, slack, jira, "medical_report")
+    assert_one_clean_lifecycle(h, slack, jira, "invoice", first_minute=1)
+
+
+def test_without_channel_history_a_crash_after_posting_may_repeat_that_message(
+    tmp_path: Path, jira: LocalJira, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bot without the channels:history scope cannot read back: the one window left open."""
+    with LocalSlack(token=TOKEN) as slack:
+        for method in ("conversations.history", "conversations.replies"):
+            requests.post(
+                f"{slack.url}/_local/faults",
+                json={"method": method, "status": 200, "error": "missing_scope", "times": -1},
+                timeout=5,
+            ).raise_for_status()
+        h = Harness(settings_for(tmp_path, slack, None), clock, crash="send_after:slack@1")
+        h.publish(lifecycle("invoice")[:3])
+        with caplog.at_level(logging.WARNING):
+            h.run()
+        assert sum(parents_by_label(slack.messages).values()) == 2
+        assert "cannot tell whether a message was posted" in caplog.text
+
+
+def test_an_ambiguous_failure_is_reconciled_before_it_is_retried(
+    tmp_path: Path, slack: LocalSlackWithHistory, jira: LocalJira, clock: ManualClock
+) -> None:
+    # The servers act, then drop the connection: the client cannot know it worked.
+    for server, method in ((slack, "chat.postMessage"), (jira, "comment"), (jira, "transition")):
+        requests.post(
+            f"{server.url}/_local/faults",
+            json={"method": method, "disconnect": True, "after": True, "times": 2},
+            timeout=5,
+        ).raise_for_status()
+    # Parent and escalation reply; escalation and progress comments; the resolving
+    # transition (the second transition fault stays unused).
+    h = Harness(settings_for(tmp_path, slack, jira), clock)
+    h.publish(lifecycle("medical_report"))
+    h.run()
+    assert_one_clean_lifecycle(h, slack, jira, "medical_report")
+    assert (
+        h.value("anchorwatch_alerting_notifications_total", integration="slack", outcome="retry")
+        == 2
+    )
+    assert sum(r["outcome"] == "reconciled" for r in h.store.outbox_rows()) == 5
+
+
+@pytest.mark.parametrize(
+    ("method", "skip"),
+    [
+        ("chat.postMessage", 1),  # the escalation reply posted, its answer lost
+        ("files.completeUploadExternal", 0),  # the chart shared, the answer lost
+        ("files.getUploadURLExternal", 0),  # nothing uploaded, the answer lost
+    ],
+)
+def test_a_lost_response_between_a_reply_and_its_chart_loses_no_chart(
+    tmp_path: Path,
+    slack: LocalSlackWithHistory,
+    jira: LocalJira,
+    clock: ManualClock,
+    method: str,
+    skip: int,
+) -> None:
+    """Each update's chart is its own outbox entry: found again in the thread by its file
+    name when its answer was lost, uploaded when it never landed, never uploaded twice."""
+    requests.post(
+        f"{slack.url}/_local/faults",
+        json={"method": method, "disconnect": True, "after": True, "skip": skip},
+        timeout=5,
+    ).raise_for_status()
+    h = Harness(settings_for(tmp_path, slack, jira), clock)
+    h.publish(lifecycle("medical_report"))
+    h.run()
+    assert_one_clean_lifecycle(h, slack, jira, "medical_report")  # two charts, once each
+    assert requests.get(f"{slack.url}/_local/faults", timeout=5).json()["faults"] == []
+    charts = [r for r in h.store.outbox_rows() if r["action"] == "chart"]
+    found = [r["outcome"] for r in charts]
+    assert found == (["reconciled", "sent"] if method.startswith("files.c") else ["sent"] * 2)
+
+
+def test_a_superseded_progress_update_takes_its_chart_with_it(
+    tmp_path: Path, slack: LocalSlackWithHistory, clock: ManualClock
+) -> None:
+    settings = settings_for(tmp_path, slack, None, update_interval_s=60)
+    h = Harness(settings, clock)
+    h.publish(lifecycle("invoice")[:4])  # opened, escalated
+    h.run()
+    h.publish([verdict("invoice", m, 0.95) for m in range(4, 8)])  # four progress updates
+    h.consume()
+    h.run()
+    rows = [r for r in h.store.outbox_rows() if r["integration"] == "slack"]
+    progress = [(r["action"], r["outcome"]) for r in rows if r["kind"] in ("progress", "chart")]
+    # The escalation's chart, then three progress updates skipped with their charts and
+    # the last one posted with its chart.
+    assert progress == [
+        ("chart", "sent"),
+        *[("update", "superseded"), ("chart", "superseded")] * 3,
+        ("update", "sent"),
+        ("chart", "sent"),
+    ]
+    thread = slack_threads(slack.messages)
+    (replies,) = thread.values()
+    assert ["chart" if m.get("files") else m["text"][:6] for m in replies] == [
+        "Update",
+        "chart",
+        "Update",
+        "chart",
+    ]
+
+
+def test_the_drainer_alone_retries_a_failed_call(
+    tmp_path: Path, slack: LocalSlackWithHistory, clock: ManualClock
+) -> None:
+    """One attempt per call (no retry inside it, no sleep on the sender thread); the entry
+    is rescheduled and the drainer tries again after its backoff."""
+    requests.post(
+        f"{slack.url}/_local/faults",
+        json={"method": "chat.postMessage", "status": 503, "times": 1},
+        timeout=5,
+    ).raise_for_status()
+    h = Harness(settings_for(tmp_path, slack, None), clock)
+    h.publish(lifecycle("invoice")[:3])
+    h.consume()
+    started = clock.now
+    h.drain()
+    assert clock.now == started  # nothing slept
+    assert [r["status"] for r in slack.requests if r["method"] == "chat.postMessage"] == [503]
+    (row,) = [r for r in h.store.outbox_rows() if r["integration"] == "slack"]
+    assert (row["status"], row["next_attempt_ms"] > clock.ms()) == ("attempting", True)
+    h.run()
+    assert [r["status"] for r in slack.requests if r["method"] == "chat.postMessage"] == [
+        503,
+        200,
+    ]
+    assert sum(parents_by_label(slack.messages).values()) == 1
+    assert (
+        h.value("anchorwatch_alerting_notifications_total", integration="slack", outcome="retry")
+        == 1
+    )
+
+
+def test_a_failed_parent_edit_is_retried_without_a_second_reply(
+    tmp_path: Path, slack: LocalSlackWithHistory, jira: LocalJira, clock: ManualClock
+) -> None:
+    """The resolution's reply lands, its parent edit fails: the outbox retries the entry,
+    whose reconciliation finds the reply and edits the parent, so the parent ends resolved."""
+    h = Harness(settings_for(tmp_path, slack, jira), clock)
+    h.publish(lifecycle("medical_report")[:6])
+    h.run()
+    requests.post(
+        f"{slack.url}/_local/faults",
+        json={"method": "chat.update", "status": 503, "times": 1},
+        timeout=5,
+    ).raise_for_status()
+    h.publish(lifecycle("medical_report")[6:])
+    h.run()
+    assert_one_clean_lifecycle(h, slack, jira, "medical_report")
+    assert [r["status"] for r in slack.requests if r["method"] == "chat.update"][-2:] == [503, 200]
+    slack_rows = [r for r in h.store.outbox_rows() if r["integration"] == "slack"]
+    assert [r["outcome"] for r in slack_rows][-1] == "reconciled"
+
+
+# --------------------------------------------------------------------------- outages
+
+
+def test_outages_of_minutes_then_recovery(
+    tmp_path: Path, slack: LocalSlackWithHistory, jira: LocalJira, clock: ManualClock
+) -> None:
+    requests.post(
+        f"{slack.url}/_local/faults", json={"method": "*", "status": 503, "times": -1}, timeout=5
+    ).raise_for_status()
+    requests.post(
+        f"{jira.url}/_local/faults",
+        json={"method": "*", "status": 429, "retry_after": 45, "times": -1},
+        timeout=5,
+    ).raise_for_status()
+    h = Harness(settings_for(tmp_path, slack, jira), clock)
+    # A long incident: breaching for 10 minutes (progress updates every 2) during the outage.
+    means = [0.5, 0.87, 0.88, *([0.95] * 10), 0.5, 0.5, 0.5]
+    h.publish([verdict("invoice", i, m) for i, m in enumerate(means)])
+    h.publish(lifecycle("medical_report"))
+    for _ in range(40):  # ten minutes, in 15-second steps
+        h.consume()
+        h.drain()
+        clock.now += 15
+    assert posted(slack) == []
+    assert jira.issues == {}
+    assert {e["doc_type"] for e in h.events.sent} == {"invoice", "medical_report"}
+    pending = h.store.pending_counts(["slack", "jira", "events"])
+    assert pending["slack"] > 0
+    assert pending["jira"] > 0
+    assert pending["events"] == 0
+    # Backed off and probing (reconciling first), not hammering: 40 rounds, a few probes.
+    for integration in ("slack", "jira"):
+        retries = h.value(
+            "anchorwatch_alerting_notifications_total", integration=integration, outcome="retry"
+        )
+        assert 5 <= retries <= 25, (integration, retries)
+    assert len([r for r in slack.requests if r["method"] == "chat.postMessage"]) == 1
+    requests.delete(f"{slack.url}/_local/faults", timeout=5).raise_for_status()
+    requests.delete(f"{jira.url}/_local/faults", timeout=5).raise_for_status()
+    h.run()
+    assert_one_clean_lifecycle(h, slack, jira, "medical_report")
+    # The queued progress updates of the long incident collapse into the latest one.
+    rows = h.store.outbox_rows()
+    assert sum(r["outcome"] == "superseded" for r in rows if r["integration"] == "slack") >= 3
+    (parent,) = [m for m in posted(slack) if not m["thread_ts"] and "invoice" in m["text"]]
+    replies = slack_threads(posted(slack))[parent["ts"]]
+    assert [r["text"].split(" ")[0] for r in replies] == ["Update", "Update", "Resolved:"]
+
+
+# --------------------------------------------------------------------------- the rest
+
+
+def test_reopening_uses_the_same_thread_and_ticket(
+    tmp_path: Path, slack: LocalSlackWithHistory, jira: LocalJira, clock: ManualClock
+) -> None:
+    h = Harness(settings_for(tmp_path, slack, jira), clock)
+    means = [0.5, 0.87, 0.88, 0.5, 0.5, 0.5, 0.5, 0.87, 0.88, 0.5, 0.5, 0.5]
+    h.publish([verdict("invoice", i, m) for i, m in enumerate(means)])
+    h.run()
+    assert len(parents_by_label(slack.messages)) == 1
+    (ticket,) = issues(jira)
+    assert [t["transition"] for t in ticket["transitions"]] == ["Done", "Reopen", "Done"]
+    assert [c.split(" ")[0] for c in ticket["comments"]] == ["Resolved", "Update,", "Resolved"]
+    kinds = [(e["event_type"], e.get("resolved_at_ms") is not None) for e in h.events.sent]
+    assert kinds == [("ANCHOR_DRIFT_ALERT", False), ("ANCHOR_DRIFT_RESOLVED", True)] * 2
+
+
+def test_a_silent_type_resolves_as_its_partition_moves_on(
+    tmp_path: Path, slack: LocalSlackWithHistory, clock: ManualClock
+) -> None:
+    h = Harness(settings_for(tmp_path, slack, None), clock)
+    assert h.partition_of("invoice") == h.partition_of("others")
+    h.publish([verdict("invoice", i, m) for i, m in enumerate([0.5, 0.87, 0.88])])
+    h.publish([verdict("others", i, 0.5) for i in range(40)])
+    h.run()
+    (resolved,) = [e for e in h.events.sent if e["event_type"] == "ANCHOR_DRIFT_RESOLVED"]
+    assert resolved["doc_type"] == "invoice"
+    # resolve_when_silent (30) windows after the last one, once the partition is 2 past it.
+    assert resolved["resolved_at_ms"] == verdict("invoice", 33, 0.5).window.window_start_ms
+    assert [r["code"] for r in resolved["evidence"]["reasons"]] == ["silent"]
+    assert posted(slack)[-1]["text"].startswith("Resolved")
+
+
+def test_a_type_alone_on_its_partition_resolves_once_that_partition_is_idle(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    h = Harness(settings_for(tmp_path, None, None), clock)
+    assert h.partition_of("invoice") != h.partition_of("other")
+    h.publish([verdict("invoice", i, m) for i, m in enumerate([0.5, 0.87, 0.88])])
+    h.publish([verdict("other", i, 0.5) for i in range(3)])
+    h.consume()
+    h.publish([verdict("other", i, 0.5) for i in range(3, 20)])
+    h.consume()
+    # Another partition far ahead proves nothing while this one still delivers...
+    assert [e["event_type"] for e in h.events.sent] == []
+    assert len(h.engine.open_incidents()) == 1
+    clock.now += 121  # ... but once it has been idle for silence_lag_s, it does.
+    h.publish([verdict("other", i, 0.5) for i in range(20, 40)])
+    h.consume()
+    assert h.engine.open_incidents() == []
+
+
+def test_dry_run_logs_what_it_would_send_and_sends_nothing(
+    tmp_path: Path,
+    slack: LocalSlackWithHistory,
+    jira: LocalJira,
+    clock: ManualClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    h = Harness(settings_for(tmp_path, slack, jira), clock, dry_run=True)
+    h.publish(lifecycle("<!channel> report"))
+    with caplog.at_level(logging.INFO, logger="anchorwatch.alerting"):
+        h.run()
+    assert slack.messages == []
+    assert jira.issues == {}
+    assert h.events.sent == []
+    would = [r.__dict__ for r in caplog.records if r.getMessage() == "dry run: would send"]
+    per_integration = {
+        i: [(w["kind"], w["action"]) for w in would if w["integration"] == i]
+        for i in ("slack", "jira", "events")
+    }
+    assert per_integration["jira"] == [
+        ("opened", "open"),
+        ("updated", "update"),
+        ("progress", "update"),
+        ("resolved", "resolve"),
+    ]
+    assert per_integration["slack"] == [
+        ("opened", "open"),
+        ("updated", "update"),
+        ("chart", "chart"),
+        ("progress", "update"),
+        ("chart", "chart"),
+        ("resolved", "resolve"),
+    ]
+    charts = [w["would_send"] for w in would if w["action"] == "chart"]
+    assert [c["windows"] for c in charts] == [4, 6]
+    assert all(c["chart"].startswith("drift-") for c in charts)
+    assert per_integration["events"] == [
+        ("opened", "open"),
+        ("updated", "open"),
+        ("resolved", "resolve"),
+    ]
+    slack_open = next(w for w in would if w["integration"] == "slack")
+    assert slack_open["would_send"]["channel"] == "#drift-alerts"
+    assert_slack_safe(slack_open["would_send"])
+    jira_open = next(w for w in would if w["integration"] == "jira")
+    assert jira_open["would_send"]["summary"].startswith("[URGENT] Drift Alert: <!channel>")
+    assert {r["outcome"] for r in h.store.outbox_rows()} == {"dry_run"}
+
+
+def _accepted_doc_type(text: str) -> bool:
+    try:
+        TypeAdapter(DocType).validate_python(text)
+    except ValidationError:
+        return False
+    return True
+
+
+# Verdicts only ever carry doc types the contract accepts (control, format and separator
+# characters are refused at ingest: tests/unit/anchorwatch/contracts/test_contracts.py);
+# the rest reach the service.
+@pytest.mark.parametrize("doc_type", [d for d in HOSTILE if _accepted_doc_type(d)])
+def test_hostile_doc_types_reach_slack_and_jira_safely(
+    tmp_path: Path,
+    slack: LocalSlackWithHistory,
+    jira: LocalJira,
+    clock: ManualClock,
+    doc_type: str,
+) -> None:
+    h = Harness(settings_for(tmp_path, slack, jira), clock)
+    h.publish(lifecycle(doc_type))
+    h.run()
+    for m in slack.messages:
+        assert_slack_safe({"text": m["text"], "blocks": m["blocks"]})
+        for edit in m["edits"]:
+            assert_slack_safe(edit)
+    assert len(parents_by_label(slack.messages)) == 1
+    assert len(slack_threads(posted(slack))) == 1
+    (ticket,) = issues(jira)
+    assert ticket["fields"]["status"]["name"] == "Done"
+    assert not [r for r in jira.requests if r["status"] >= 400]
+    assert {e["doc_type"] for e in h.events.sent} == {doc_type}
+
+
+def test_webhook_mode_sends_one_message_per_change(tmp_path: Path, clock: ManualClock) -> None:
+    with LocalSlack() as slack:
+        settings = AlertingSettings.load(
+            alerting={"state_dir": tmp_path / "state", "update_interval_s": 120},
+            policy=POLICY,
+            slack={"mode": "webhook", "webhook_url": slack.webhook_url},
+        )
+        h = Harness(settings, clock)
+        h.publish(lifecycle("invoice"))
+        h.run()
+    assert [m["text"].split(" ")[0] for m in slack.messages] == [
+        "[WARNING]",
+        "[CRITICAL]",
+        "[CRITICAL]",
+        "[CRITICAL]",
+    ]
+    assert "resolved" in slack.messages[-1]["text"]
+
+
+def test_charts_decided_in_bot_mode_are_dropped_in_webhook_mode(
+    tmp_path: Path, slack: LocalSlackWithHistory, clock: ManualClock
+) -> None:
+    bot = Harness(settings_for(tmp_path, slack, None), clock)
+    bot.publish(lifecycle("invoice"))
+    bot.consume()  # decided with their charts, nothing sent yet
+    bot.store.close()
+    for d in bot.drainers:
+        d._store.close()
+    settings = AlertingSettings.load(
+        alerting={"state_dir": tmp_path / "state", "update_interval_s": 120},
+        policy=POLICY,
+        slack={"mode": "webhook", "webhook_url": slack.webhook_url},
+    )
+    h = Harness(settings, clock)
+    h.run()
+    assert len(slack.messages) == 4  # one per change; a chart is not sent as a message
+    rows = [r for r in h.store.outbox_rows() if r["action"] == "chart"]
+    assert [r["outcome"] for r in rows] == ["suppressed", "suppressed"]
+
+
+def test_a_permanent_failure_is_given_up_and_the_rest_goes_on(
+    tmp_path: Path, slack: LocalSlackWithHistory, jira: LocalJira, clock: ManualClock
+) -> None:
+    requests.post(
+        f"{slack.url}/_local/faults",
+        json={"method": "chat.postMessage", "status": 200, "error": "channel_not_found"},
+        timeout=5,
+    ).raise_for_status()
+    h = Harness(settings_for(tmp_path, slack, jira), clock)
+    h.publish(lifecycle("invoice"))
+    h.run()
+    slack_rows = [r for r in h.store.outbox_rows() if r["integration"] == "slack"]
+    assert [r["status"] for r in slack_rows] == ["failed"] * 6  # two are charts
+    assert "channel_not_found" in slack_rows[0]["error"]
+    assert all("no thread" in r["error"] for r in slack_rows[1:])
+    assert len(issues(jira)) == 1
+    assert (
+        h.value("anchorwatch_alerting_notifications_total", integration="slack", outcome="failed")
+        == 6
+    )
+
+
+def test_the_rate_limit_spaces_notifications(
+    tmp_path: Path, slack: LocalSlackWithHistory, clock: ManualClock
+) -> None:
+    bucket = TokenBucket(2.0, 1, clock)
+    assert bucket.wait_s() == 0
+    assert bucket.wait_s() == pytest.approx(0.5)
+    clock.now += 0.5
+    assert bucket.wait_s() == 0
+
+    h = Harness(settings_for(tmp_path, slack, None), clock)
+    drainer = Drainer(
+        h.drainers[0]._single,  # type: ignore[arg-type]
+        Store(h.settings.alerting.state_dir),
+        h._retry(),
+        h.metrics,
+        rate_per_s=4,
+        burst=2,
+        clock=clock,
+    )
+    h.publish([v for i in range(10) for v in lifecycle(f"type-{i}")[:3]])
+    h.consume()
+    started = clock.now
+    while (wait := drainer.drain_once()) is not None:
+        clock.now += wait
+    # Two at once (the burst), then four a second.
+    assert len(posted(slack)) == 10
+    assert clock.now - started == pytest.approx(2.0)
+
+
+def test_jira_comments_respect_the_comment_interval(
+    tmp_path: Path, jira: LocalJira, clock: ManualClock
+) -> None:
+    settings = settings_for(tmp_path, None, jira)
+    settings = settings.model_copy(
+        update={"jira": settings.jira.model_copy(update={"comment_interval_s": 3600})}
+    )
+    h = Harness(settings, clock)
+    h.publish(lifecycle("invoice"))
+    h.run()
+    (ticket,) = issues(jira)
+    # The escalation always comments; the progress update within the hour does not.
+    assert [c.split(" ")[0] for c in ticket["comments"]] == ["Update,", "Resolved"]
+    outcomes = [r["outcome"] for r in h.store.outbox_rows() if r["integration"] == "jira"]
+    assert outcomes == ["sent", "sent", "suppressed", "sent"]
+
+
+def test_a_new_policy_version_abandons_the_old_incidents(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = Harness(settings_for(tmp_path, None, None), clock)
+    h.publish(lifecycle("invoice")[:4])
+    h.consume()
+    assert len(h.engine.open_incidents()) == 1
+    h.settings = h.settings.model_copy(
+        update={"policy": h.settings.policy.model_copy(update={"version": "p2"})}
+    )
+    with caplog.at_level(logging.WARNING):
+        h.restart()
+    assert h.engine.open_incidents() == []
+    assert "policy version changed" in caplog.text
+    h.publish([verdict("invoice", 10, 0.5)])
+    h.consume()
+    assert h.store.list_incidents(open_only=True, limit=5) == []
+
+
+def test_doc_type_gauges_are_capped() -> None:
+    registry = CollectorRegistry()
+    metrics = ServiceMetrics(registry, doc_types_max=3)
+    for i in range(5):
+        metrics.window(f"t{i}", 0.1 * i, 0.85)
+    metrics.window("t2", 0.9, 0.85)
+    shown = {
+        s.labels["doc_type"]
+        for m in registry.collect()
+        if m.name == "anchorwatch_alerting_window_mean_drift"
+        for s in m.samples
+    }
+    assert shown == {"t3", "t4", "t2"}
+    assert registry.get_sample_value("anchorwatch_alerting_doc_type_gauges_dropped_total") == 2
+
+
+def test_crash_points_parse_and_fire_on_the_nth_hit() -> None:
+    fired: list[int] = []
+    hook = CrashPoints("send_after:jira@2, batch_before_commit", action=lambda: fired.append(1))
+    hook("send_after", "slack")
+    hook("send_after", "jira")
+    assert fired == []
+    hook("send_after", "jira")
+    assert fired == [1]
+    hook("batch_before_commit")
+    assert fired == [1, 1]
+    with pytest.raises(ValueError, match="unknown point"):
+        CrashPoints("somewhere")
