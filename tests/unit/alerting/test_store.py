@@ -233,3 +233,68 @@ def test_readers_see_committed_state_while_a_writer_holds_it(tmp_path: Path) -> 
     writer, reader = Store(tmp_path), Store(tmp_path, create=False)
     writer.commit_batch(batch(incidents=[row()]), keep_verdict_ids=0)
     assert [i.row.incident_id for i in reader.list_incidents(open_only=True, limit=5)] == ["i1"]
+
+
+def test_outcome_before_is_the_finished_outcome_of_the_entry_just_before(store: Store) -> None:
+    store.commit_batch(
+        batch(
+            incidents=[row("i1"), row("i2")],
+            outbox=[
+                entry("i1", 1),
+                entry("i1", 2, kind="progress"),
+                entry("i1", 3, kind="chart", action="chart"),
+                entry("i1", 1, integration="jira"),
+                entry("i2", 1),
+            ],
+        ),
+        keep_verdict_ids=0,
+    )
+    first, other = store.due("slack", 10**9, 10)
+    (jira,) = store.due("jira", 10**9, 10)
+    assert store.outcome_before(first) is None  # nothing before it
+    assert store.outcome_before(replace(first, seq=2)) is None  # seq 1 not finished yet
+    store.mark_done([first.id], "sent", 5)
+    second = store.due("slack", 10**9, 10)[0]
+    assert store.outcome_before(second) == "sent"
+    store.mark_done([second.id], "superseded", 6)
+    chart = store.due("slack", 10**9, 10)[0]
+    assert (chart.seq, store.outcome_before(chart)) == (3, "superseded")
+    # Only the same incident's entries for the same integration count.
+    assert store.outcome_before(jira) is None
+    assert store.outcome_before(other) is None
+    assert store.outcome_before(replace(jira, seq=2)) is None
+
+
+def test_outbox_rows_of_one_incident_or_all_in_insertion_order(store: Store) -> None:
+    store.commit_batch(
+        batch(
+            incidents=[row("i1"), row("i2")],
+            outbox=[entry("i2", 1), entry("i1", 1), entry("i2", 2), entry("i1", 1, "jira")],
+        ),
+        keep_verdict_ids=0,
+    )
+    everything = [(r["incident_id"], r["seq"], r["integration"]) for r in store.outbox_rows()]
+    assert everything == [
+        ("i2", 1, "slack"),
+        ("i1", 1, "slack"),
+        ("i2", 2, "slack"),
+        ("i1", 1, "jira"),
+    ]
+    assert [(r["seq"], r["status"]) for r in store.outbox_rows("i2")] == [
+        (1, "pending"),
+        (2, "pending"),
+    ]
+    assert [r["integration"] for r in store.outbox_rows("i1")] == ["slack", "jira"]
+    assert store.outbox_rows("nope") == []
+
+
+def test_an_entry_names_itself_in_log_lines(store: Store) -> None:
+    store.commit_batch(batch(incidents=[row("i1")], outbox=[entry("i1", 4)]), keep_verdict_ids=0)
+    (e,) = store.due("slack", 10**9, 1)
+    assert e.log_fields() == {
+        "integration": "slack",
+        "action": "update",
+        "kind": "updated",
+        "incident_id": "i1",
+        "seq": 4,
+    }

@@ -1,0 +1,498 @@
+"""The outbox drainer on its own: a real state file, a manual clock and in-process senders
+standing for the remote side (the Slack and Jira wire protocols are tested through the
+drainer in test_service.py). What is pinned here: how each kind of result finishes an
+entry, the integration's backoff and when it starts again from its base, the wait
+``drain_once`` returns, where the crash points fall, the sender thread, and what the
+structured log lines and metrics say."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from anchorwatch.alerting.integrations.base import Delivered
+from anchorwatch.alerting.notify import (
+    ManualClock,
+    NotifyError,
+    Permanent,
+    PermanentError,
+    Retryable,
+    RetryableError,
+    RetryPolicy,
+)
+from anchorwatch.alerting.outbox import Drainer, TokenBucket
+from anchorwatch.alerting.service_metrics import ServiceMetrics
+from anchorwatch.alerting.store import BatchWrite, OutboxEntry, Store
+from tests.unit.alerting.test_store import entry, row
+
+START_S = 1_000.0
+#: No jitter: the backoff is exactly 1, 2, 4 ... s, or the server's Retry-After.
+RETRY = RetryPolicy(base_delay_s=1.0, max_delay_s=60.0, jitter=0.0)
+
+Answer = Delivered | NotifyError | Exception
+
+
+def retryable(message: str = "503", retry_after_s: float | None = None) -> RetryableError:
+    return RetryableError("remote", "post", Retryable(message, retry_after_s))
+
+
+def permanent(message: str = "channel_not_found") -> PermanentError:
+    return PermanentError("remote", "post", Permanent(message))
+
+
+@dataclass
+class OneByOne:
+    """A sender taking one entry per call; ``answers`` per incident, in order (then sent)."""
+
+    integration: str = "slack"
+    answers: dict[str, list[Answer]] = field(default_factory=dict)
+    found: dict[str, Delivered] = field(default_factory=dict)  # what reconcile finds
+    sent: list[tuple[str, int]] = field(default_factory=list)
+    reconciled: list[str] = field(default_factory=list)
+    interrupted: int = 0
+    on_send: Callable[[], None] = lambda: None
+
+    def bind(self, store: Store) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def interrupt(self) -> None:
+        self.interrupted += 1
+
+    def reconcile(self, e: OutboxEntry) -> Delivered | None:
+        self.reconciled.append(e.incident_id)
+        return self.found.get(e.incident_id)
+
+    def send(self, e: OutboxEntry) -> Delivered:
+        self.sent.append((e.incident_id, e.seq))
+        self.on_send()
+        queue = self.answers.get(e.incident_id, [])
+        answer = queue.pop(0) if queue else Delivered("sent", {"slack_ts": f"{e.seq}.0"})
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+@dataclass
+class Batches:
+    """A sender taking entries in batches; ``answers`` per incident, in order (then sent)."""
+
+    integration: str = "events"
+    answers: dict[str, list[Delivered | NotifyError]] = field(default_factory=dict)
+    batches: list[list[str]] = field(default_factory=list)
+
+    def bind(self, store: Store) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def send_batch(self, entries: Sequence[OutboxEntry]) -> dict[int, Delivered | NotifyError]:
+        self.batches.append([e.incident_id for e in entries])
+        out: dict[int, Delivered | NotifyError] = {}
+        for e in entries:
+            queue = self.answers.get(e.incident_id, [])
+            out[e.id] = queue.pop(0) if queue else Delivered("sent")
+        return out
+
+
+@dataclass
+class World:
+    tmp_path: Path
+    clock: ManualClock = field(default_factory=lambda: ManualClock(START_S))
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        self.store = Store(self.tmp_path)
+        self.metrics = ServiceMetrics(self.registry)
+
+    def add(self, integration: str, *incidents: str, seqs: int = 1) -> None:
+        """Each incident with entries 1..seqs for ``integration``, due now, consumed 2 s ago."""
+        consumed_ms = self.clock.ms() - 2_000
+        self.store.commit_batch(
+            BatchWrite(
+                now_ms=self.clock.ms(),
+                incidents=[row(i) for i in incidents],
+                outbox=[
+                    entry(i, s, integration, consumed_ms=consumed_ms)
+                    for i in incidents
+                    for s in range(1, seqs + 1)
+                ],
+            ),
+            keep_verdict_ids=0,
+        )
+
+    def drainer(self, sender: Any, **kwargs: Any) -> Drainer:
+        return Drainer(
+            sender, Store(self.tmp_path), RETRY, self.metrics, clock=self.clock, **kwargs
+        )
+
+    def rows(self) -> dict[tuple[str, int], dict[str, Any]]:
+        return {(r["incident_id"], r["seq"]): r for r in self.store.outbox_rows()}
+
+    def count(self, integration: str, outcome: str) -> float | None:
+        return self.registry.get_sample_value(
+            "anchorwatch_alerting_notifications_total",
+            {"integration": integration, "outcome": outcome},
+        )
+
+    def now_ms(self) -> int:
+        return self.clock.ms()
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path)
+
+
+# --------------------------------------------------------------------- batch senders
+
+
+def test_a_batch_finishes_each_entry_by_its_own_result(world: World) -> None:
+    world.add("events", "ok", "later", "never")
+    sender = Batches(
+        answers={"later": [retryable("503", retry_after_s=30)], "never": [permanent("bad")]}
+    )
+    drainer = world.drainer(sender)
+    # The retryable entry pauses the integration by the server's Retry-After.
+    assert drainer.drain_once() == pytest.approx(30.0)
+    assert sender.batches == [["ok", "later", "never"]]
+    rows = world.rows()
+    assert (rows["ok", 1]["status"], rows["ok", 1]["outcome"]) == ("done", "sent")
+    assert rows["later", 1]["status"] == "attempting"
+    assert rows["later", 1]["next_attempt_ms"] == world.now_ms() + 30_000
+    assert rows["later", 1]["error"] == "remote post: 503"
+    assert (rows["never", 1]["status"], rows["never", 1]["error"]) == ("failed", "remote post: bad")
+    assert [world.count("events", o) for o in ("sent", "retry", "failed")] == [1, 1, 1]
+    # Paused: nothing is sent before the retry is due, then it is.
+    world.clock.now += 29.5
+    assert drainer.drain_once() == 0.5
+    assert len(sender.batches) == 1
+    world.clock.now += 0.5
+    assert drainer.drain_once() is None
+    assert sender.batches[1:] == [["later"]]
+    assert world.rows()["later", 1]["outcome"] == "sent"
+
+
+def test_a_batch_backoff_grows_per_failed_batch_and_starts_again_after_a_clean_one(
+    world: World,
+) -> None:
+    world.add("events", "a")
+    sender = Batches(answers={"a": [retryable(), retryable()]})
+    drainer = world.drainer(sender)
+    assert drainer.drain_once() == 1.0
+    world.clock.now += 1.0
+    assert drainer.drain_once() == 2.0
+    world.clock.now += 2.0
+    assert drainer.drain_once() is None  # delivered: the outage is over
+    world.add("events", "b")
+    sender.answers["b"] = [retryable()]
+    assert drainer.drain_once() == 1.0  # a new outage starts from the base delay again
+
+
+# --------------------------------------------------------------------- one entry at a time
+
+
+def test_one_failure_pauses_the_round_and_the_backoff_starts_again_after_a_success(
+    world: World,
+) -> None:
+    world.add("slack", "a", "b", "c")
+    sender = OneByOne(answers={"a": [retryable(), retryable()]})
+    drainer = world.drainer(sender)
+    # "a" fails: b and c are not tried while the integration is paused.
+    assert drainer.drain_once() == 1.0
+    assert sender.sent == [("a", 1)]
+    world.clock.now += 1.0
+    assert drainer.drain_once() == 2.0
+    assert sender.sent == [("a", 1), ("a", 1)]
+    world.clock.now += 2.0
+    assert drainer.drain_once() is None
+    assert sorted(sender.sent[2:]) == [("a", 1), ("b", 1), ("c", 1)]
+    # The second try of "a" reconciled first (it may have landed), found nothing, sent.
+    assert sender.reconciled == ["a", "a"]
+    world.add("slack", "d")
+    sender.answers["d"] = [retryable()]
+    assert drainer.drain_once() == 1.0
+
+
+def test_a_reconciled_entry_resets_the_backoff_and_is_not_sent_again(world: World) -> None:
+    world.add("slack", "a")
+    sender = OneByOne(answers={"a": [retryable(), retryable()]})
+    drainer = world.drainer(sender)
+    assert drainer.drain_once() == 1.0
+    world.clock.now += 1.0
+    assert drainer.drain_once() == 2.0
+    world.clock.now += 2.0
+    sender.found["a"] = Delivered("reconciled", {"slack_ts": "9.9"})
+    assert drainer.drain_once() is None
+    assert sender.sent == [("a", 1), ("a", 1)]
+    assert world.rows()["a", 1]["outcome"] == "reconciled"
+    (listing,) = world.store.list_incidents(open_only=True, limit=5)
+    assert listing.refs.slack_ts == "9.9"  # what reconciling found is kept
+    world.add("slack", "b")
+    sender.answers["b"] = [retryable()]
+    assert drainer.drain_once() == 1.0
+
+
+def test_an_unexpected_error_backs_off_and_keeps_its_type_and_text(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    world.add("slack", "a")
+    sender = OneByOne(answers={"a": [KeyError("ts")]})
+    drainer = world.drainer(sender)
+    with caplog.at_level(logging.WARNING, logger="anchorwatch.alerting.outbox"):
+        assert drainer.drain_once() == 1.0
+    assert world.rows()["a", 1]["error"] == "KeyError: 'ts'"
+    (failed,) = [r for r in caplog.records if r.getMessage() == "sending failed unexpectedly"]
+    assert (failed.integration, failed.incident_id) == ("slack", "a")  # type: ignore[attr-defined]
+    assert failed.exc_info is not None
+
+
+def test_a_permanent_failure_ends_the_entry_and_the_next_one_goes(world: World) -> None:
+    world.add("slack", "a", seqs=2)
+    sender = OneByOne(answers={"a": [permanent()]})
+    assert world.drainer(sender).drain_once() is None
+    assert sender.sent == [("a", 1), ("a", 2)]
+    rows = world.rows()
+    assert (rows["a", 1]["status"], rows["a", 2]["status"]) == ("failed", "done")
+    assert world.count("slack", "failed") == 1
+
+
+def test_a_stop_during_a_round_leaves_the_rest_pending(world: World) -> None:
+    world.add("slack", "a", "b", "c")
+    stop = threading.Event()
+    sender = OneByOne(on_send=stop.set)
+    assert world.drainer(sender).drain_once(stop) is None
+    assert len(sender.sent) == 1
+    assert world.store.pending_counts(["slack"]) == {"slack": 2}
+
+
+# --------------------------------------------------------------------- the wait returned
+
+
+def test_drain_once_returns_the_wait_until_the_next_entry_is_due(world: World) -> None:
+    drainer = world.drainer(OneByOne())
+    assert drainer.drain_once() is None  # nothing at all
+    world.add("slack", "a")
+    (e,) = world.store.due("slack", world.now_ms(), 10)
+    world.store.reschedule([e.id], world.now_ms() + 2_500, "503")
+    assert drainer.drain_once() == 2.5
+    world.clock.now += 2.5
+    assert drainer.drain_once() is None
+
+
+def test_the_rate_limit_is_a_token_bucket(world: World) -> None:
+    unlimited = TokenBucket(None, 1, world.clock)
+    assert [unlimited.wait_s() for _ in range(5)] == [0.0] * 5
+    bucket = TokenBucket(2.0, 3, world.clock)
+    assert [bucket.wait_s() for _ in range(4)] == [0.0, 0.0, 0.0, 0.5]
+    # A long idle refills up to the burst, no further.
+    world.clock.now += 3_600
+    assert [bucket.wait_s() for _ in range(4)] == [0.0, 0.0, 0.0, 0.5]
+    world.clock.now += 0.25
+    assert bucket.wait_s() == pytest.approx(0.25)  # half a token there: half of 0.5 s left
+
+
+def test_a_rate_limited_round_returns_the_wait_for_the_next_token(world: World) -> None:
+    world.add("slack", "a", "b", "c")
+    sender = OneByOne()
+    drainer = world.drainer(sender, rate_per_s=2.0, burst=2)
+    assert drainer.drain_once() == pytest.approx(0.5)
+    assert len(sender.sent) == 2
+    world.clock.now += 0.5
+    assert drainer.drain_once() is None
+    assert len(sender.sent) == 3
+
+
+# --------------------------------------------------------------------- crash points
+
+
+def test_crash_points_fall_around_the_send_and_inside_the_done_commit(world: World) -> None:
+    world.add("slack", "a")
+    world.add("events", "b")
+    seen: list[tuple[str, str]] = []
+    world.drainer(OneByOne(), crash=lambda point, i: seen.append((point, i))).drain_once()
+    world.drainer(Batches(), crash=lambda point, i: seen.append((point, i))).drain_once()
+    assert seen == [
+        ("send_before", "slack"),
+        ("send_after", "slack"),
+        ("done_in_commit", "slack"),
+        ("send_before", "events"),
+        ("send_after", "events"),
+        ("done_in_commit", "events"),
+    ]
+
+
+class Died(BaseException):
+    """The process dying at a crash point."""
+
+
+@pytest.mark.parametrize(
+    ("point", "sent", "outcome"),
+    [("send_before", [], None), ("send_after", [("a", 1)], "reconciled")],
+)
+def test_a_crash_around_the_send_leaves_the_entry_to_be_reconciled(
+    world: World, point: str, sent: list[tuple[str, int]], outcome: str | None
+) -> None:
+    world.add("slack", "a")
+    sender = OneByOne()
+
+    def die(at: str, integration: str) -> None:
+        if at == point:
+            raise Died
+
+    with pytest.raises(Died):
+        world.drainer(sender, crash=die).drain_once()
+    assert sender.sent == sent
+    assert (world.rows()["a", 1]["status"], world.rows()["a", 1]["attempts"]) == ("attempting", 1)
+    # After the restart, the entry is asked about before anything is sent again.
+    if outcome:
+        sender.found["a"] = Delivered("reconciled")
+    world.drainer(sender).drain_once()
+    assert sender.reconciled == ["a"]
+    assert world.rows()["a", 1]["outcome"] == (outcome or "sent")
+    assert len(sender.sent) == 1
+
+
+# --------------------------------------------------------------------- metrics and logs
+
+
+def test_latency_is_measured_from_consumption_for_what_was_delivered(world: World) -> None:
+    world.add("slack", "a", "b")
+    sender = OneByOne(answers={"b": [Delivered("suppressed")]})
+    world.drainer(sender).drain_once()
+    labels = {"integration": "slack"}
+    name = "anchorwatch_alerting_notification_latency_seconds"
+    # Only "a" was delivered; it was consumed 2 s before.
+    assert world.registry.get_sample_value(f"{name}_count", labels) == 1
+    assert world.registry.get_sample_value(f"{name}_sum", labels) == pytest.approx(2.0)
+    assert world.count("slack", "suppressed") == 1
+
+
+def extra(records: list[logging.LogRecord], message: str) -> dict[str, Any]:
+    """The structured fields of the one record with ``message`` (what the JSON log adds)."""
+    (record,) = [r for r in records if r.getMessage() == message]
+    standard = {*vars(logging.makeLogRecord({})), "message", "asctime"}
+    return {k: v for k, v in vars(record).items() if k not in standard}
+
+
+def test_log_lines_name_the_entry_the_outcome_and_the_error(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    world.add("slack", "a", "b")
+    world.add("slack", "c", seqs=2)
+    world.store.mark_done([world.store.due("slack", world.now_ms(), 10)[2].id], "sent", 1)
+    sender = OneByOne(answers={"a": [permanent("channel_not_found")], "c": [retryable("429", 7)]})
+    with caplog.at_level(logging.INFO, logger="anchorwatch.alerting.outbox"):
+        world.drainer(sender).drain_once()
+    assert extra(caplog.records, "notification failed for good") == {
+        "integration": "slack",
+        "action": "open",
+        "incident_id": "a",
+        "seq": 1,
+        "error": "remote post: channel_not_found",
+    }
+    assert extra(caplog.records, "notification") == {
+        "integration": "slack",
+        "action": "open",
+        "kind": "opened",
+        "incident_id": "b",
+        "seq": 1,
+        "outcome": "sent",
+    }
+    assert extra(caplog.records, "notification rescheduled") == {
+        "integration": "slack",
+        "entries": 1,
+        "retry_in_s": 7.0,
+        "error": "remote post: 429",
+    }
+    assert sender.sent == [("a", 1), ("b", 1), ("c", 2)]
+
+
+# --------------------------------------------------------------------- the sender thread
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_the_sender_thread_drains_counts_what_is_left_and_stops_when_told(world: World) -> None:
+    world.add("slack", "a", "b")
+    sender = OneByOne(answers={"b": [retryable("503", retry_after_s=600)]})
+    drainer = world.drainer(sender)
+    stop = threading.Event()
+    thread = threading.Thread(target=drainer.run, args=(stop,))
+    thread.start()
+    pending = "anchorwatch_alerting_outbox_pending"
+    try:
+        wait_for(lambda: world.registry.get_sample_value(pending, {"integration": "slack"}) == 1)
+        assert sorted(sender.sent) == [("a", 1), ("b", 1)]
+    finally:
+        stop.set()
+        drainer.interrupt()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert sender.interrupted == 1
+
+
+def test_new_work_wakes_the_sender_thread(world: World) -> None:
+    drainer = world.drainer(sender := OneByOne())
+    stop = threading.Event()
+    thread = threading.Thread(target=drainer.run, args=(stop,))
+    thread.start()
+    try:
+        time.sleep(0.2)  # idle: it sleeps up to 1 s between looks
+        world.add("slack", "a")
+        drainer.wake.set()
+        wait_for(lambda: sender.sent == [("a", 1)], timeout_s=0.5)  # before the next look
+    finally:
+        stop.set()
+        drainer.interrupt()
+        thread.join(timeout=5)
+
+
+def test_the_sender_thread_survives_a_broken_state_file(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    drainer = world.drainer(OneByOne())
+    drainer._store.close()  # every query now raises
+    stop = threading.Event()
+    thread = threading.Thread(target=drainer.run, args=(stop,))
+    with caplog.at_level(logging.ERROR, logger="anchorwatch.alerting.outbox"):
+        thread.start()
+        try:
+            wait_for(lambda: any(r.getMessage() == "sender failed" for r in caplog.records))
+            assert thread.is_alive()
+        finally:
+            stop.set()
+            drainer.interrupt()
+            thread.join(timeout=5)
+    failed = next(r for r in caplog.records if r.getMessage() == "sender failed")
+    assert failed.integration == "slack"  # type: ignore[attr-defined]
+    assert failed.exc_info is not None
+
+
+def test_an_interrupt_wakes_the_thread_and_reaches_a_sender_that_can_be_cut_short(
+    world: World,
+) -> None:
+    sender = OneByOne()
+    drainer = world.drainer(sender)
+    drainer.interrupt()
+    assert drainer.wake.is_set()
+    assert sender.interrupted == 1
+    plain = world.drainer(Batches())  # no interrupt of its own
+    plain.interrupt()
+    assert plain.wake.is_set()
