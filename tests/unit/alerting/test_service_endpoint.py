@@ -29,6 +29,7 @@ from anchorwatch.cli.alerting import alerting
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.stack.processes import free_port
 from tests.support.alerting import LocalSlackWithHistory, lifecycle
+from tests.support.waiting import wait_until
 from tests.unit.alerting.test_service import TOKEN, Harness, settings_for
 
 
@@ -113,9 +114,7 @@ def test_queued_notifications_go_out_while_kafka_is_down(
     )
     service = AlertingService(settings).start()
     try:
-        deadline = time.monotonic() + 20
-        while len(slack.messages) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: len(slack.messages) >= 2, 20, "the parent and the update in Slack")
         # The parent as posted (the update edited it since), then the update in its thread.
         first = [m["edits"][0]["text"] if m["edits"] else m["text"] for m in slack.messages]
         assert [text.split(" ")[0] for text in first] == ["[WARNING]", "Update"]
@@ -188,6 +187,10 @@ def test_serve_refuses_bad_settings_naming_the_field(tmp_path: Path) -> None:
     assert "ANCHORWATCH_ALERTING__SLACK_RATE_PER_S" in str(result.exception)
 
 
+#: Every post hangs (60 s each) for this many calls: a count, so each call taken shows.
+HANGS = 100
+
+
 def _decided_and_hanging(tmp_path: Path, slack: LocalSlackWithHistory) -> dict[str, Any]:
     """A state with an incident decided and nothing sent, a Slack whose every post hangs
     for 60 s, and the service's settings (Kafka unreachable) as nested dicts."""
@@ -199,7 +202,7 @@ def _decided_and_hanging(tmp_path: Path, slack: LocalSlackWithHistory) -> dict[s
         d._store.close()
     requests.post(
         f"{slack.url}/_local/faults",
-        json={"method": "chat.postMessage", "delay_s": 60, "times": -1},
+        json={"method": "chat.postMessage", "delay_s": 60, "times": HANGS},
         timeout=5,
     ).raise_for_status()
     return {
@@ -213,10 +216,20 @@ def _decided_and_hanging(tmp_path: Path, slack: LocalSlackWithHistory) -> dict[s
     }
 
 
+def _sender_inside_its_post(slack: LocalSlackWithHistory) -> None:
+    """Wait until a post has taken one of the hanging answers (the sender is inside it)."""
+
+    def taken() -> bool:
+        faults = requests.get(f"{slack.url}/_local/faults", timeout=5).json()["faults"]
+        return not faults or faults[0]["times"] < HANGS
+
+    wait_until(taken, 20, "the Slack sender to be inside a post that hangs")
+
+
 def test_a_stop_is_bounded_while_a_call_hangs(tmp_path: Path, slack: LocalSlackWithHistory) -> None:
     config = _decided_and_hanging(tmp_path, slack)
     service = AlertingService(AlertingSettings.load(None, **config)).start()
-    time.sleep(1.5)  # the sender is inside its post by now
+    _sender_inside_its_post(slack)
     started = time.monotonic()
     service.stop()
     took = time.monotonic() - started
@@ -260,7 +273,7 @@ def test_serve_exits_within_10_s_of_sigterm_when_a_call_hangs(
                         break
                 except requests.RequestException:
                     time.sleep(0.1)
-            time.sleep(1.5)
+            _sender_inside_its_post(slack)
             started = time.monotonic()
             process.send_signal(signal.SIGTERM)
             code = process.wait(timeout=30)
