@@ -496,3 +496,32 @@ def test_an_interrupt_wakes_the_thread_and_reaches_a_sender_that_can_be_cut_shor
     plain = world.drainer(Batches())  # no interrupt of its own
     plain.interrupt()
     assert plain.wake.is_set()
+
+
+class CountingStore(Store):
+    """The real store, counting how often a sender asks it for due entries."""
+
+    looks = 0
+
+    def due(self, integration: str, now_ms: int, limit: int) -> list[OutboxEntry]:
+        self.looks += 1
+        return super().due(integration, now_ms, limit)
+
+
+def test_an_idle_sender_thread_looks_once_a_second_not_in_a_loop(world: World) -> None:
+    store = CountingStore(world.tmp_path)
+    drainer = Drainer(OneByOne(), store, RETRY, world.metrics, clock=world.clock)
+    stop = threading.Event()
+    thread = threading.Thread(target=drainer.run, args=(stop,))
+    started = time.monotonic()
+    thread.start()
+    try:
+        time.sleep(0.1)
+        drainer.wake.set()  # a wake is taken once, then it waits again
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        drainer.interrupt()
+        thread.join(timeout=5)
+    # Once at start, once for the wake, once a second (however slow the machine).
+    assert 2 <= store.looks <= 2 + time.monotonic() - started
