@@ -1,0 +1,42 @@
+"""The fault campaign (bench/faults.py), short: two trials of the whole pipeline on a cluster
+of three Kafka nodes and two TaskManagers, one fault each (the leader broker killed -9, the
+job's TaskManager killed -9), counted against the ground truth: nothing acknowledged lost,
+nothing doubled, every window exact, one Slack thread and one Jira ticket per incident.
+
+Starts a cluster of its own (the session stack has one broker); about 4 minutes on 2 cores.
+The long campaign, every fault kind: `.venv/bin/python bench/faults.py --trials 14`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.fault_plan import plan_trials
+from bench.faults import campaign, campaign_stack, final_line
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_two_fault_trials_lose_double_and_repeat_nothing(tmp_path: Path) -> None:
+    specs = plan_trials(2, seed=17, only=("broker-kill", "taskmanager-kill"))
+    assert {s.fault for s in specs} == {"broker-kill", "taskmanager-kill"}
+    lines: list[str] = []
+    with campaign_stack(tmp_path / "stack") as stack:
+        results = campaign(stack, specs, tmp_path / "runs", lines.append, CI_OPTIONS)
+    log = "\n".join(lines)
+    print(f"\n{log}\n{final_line(results)}")
+    assert final_line(results) == (
+        "faults: 2 trials, lost 0, doubled 0, wrong windows 0, duplicate notifications 0"
+    ), log
+    for r in results:
+        assert r.problems == [], log
+        assert r.acked > 10_000, log
+        assert r.figures["incidents"] == r.figures["labels"] == 4, log
+        assert not r.figures["injected"].startswith(("injection failed", "not injected")), log
+
+
+#: Shorter than the bench's trials, to fit CI's budget: the least live span that lets every
+#: labelled incident resolve, replayed a little faster.
+CI_OPTIONS = {"live_minutes": 28}
