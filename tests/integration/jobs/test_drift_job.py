@@ -5,8 +5,8 @@ mid-stream; submission to a real session cluster and a restart from a savepoint.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,108 +15,71 @@ import pytest
 from confluent_kafka import Producer
 
 from anchorwatch import slice as flow
-from anchorwatch.connectors.publisher import SnapshotPublisher
-from anchorwatch.contracts import (
-    AnchorSnapshot,
-    Baseline,
-    DeadLetter,
-    SnapshotEvent,
-    Verdict,
-    decode,
-    encode,
-    verdict_id,
-)
+from anchorwatch.contracts import DeadLetter, Verdict, decode, encode, verdict_id
 from anchorwatch.jobs import cluster, drift_job
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import producer_max_bytes, read_topic, record_limit
 from anchorwatch.stack.stack import Stack
+from tests.support.drift_job import (
+    MIN,
+    T0,
+    baseline,
+    event,
+    has,
+    minute,
+    publish,
+    publish_baseline,
+    wait_for,
+    windows_of,
+)
+from tests.support.flink import job_id_of, minicluster_rest_url, records_in
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-T0 = 1_764_403_200_000
-MIN = 60_000
-
 
 #: A record that is not JSON and, as a dead letter, would not fit under the record limit:
 #: JSON writes each of its characters as six bytes.
 BIG = b"\x01" * 3_000_000
 
-
-def event(doc: str, t: int, drift: float, n: int = 0) -> SnapshotEvent:
-    anchor = AnchorSnapshot(
-        anchor_id="SECTION_001",
-        position=10,
-        l2_norm=4.0,
-        cosine_angle=0.99,
-        kl_divergence=0.05,
-        drift_score=drift,
-        recommendation="none",
-    )
-    return SnapshotEvent(event_id=f"{doc}-{t}-{n}", event_time_ms=t, doc_type=doc,
-                         snapshot_status="active", anchor_count=1, anchors=[anchor])  # fmt: skip
+#: The judging stage, as Flink names its job vertex.
+JUDGE = "judge windows"
 
 
-def minute(doc: str, m: int, drifts: list[float], *, jitter: int = 0) -> list[SnapshotEvent]:
-    """Events spread over minute ``m``; ``jitter`` reorders them (within the watermark delay)."""
-    out = [event(doc, T0 + m * MIN + 1_000 + i * 1_000, d, i) for i, d in enumerate(drifts)]
-    return out[::-1] if jitter else out
+@dataclass
+class Running:
+    """The drift job running unbounded on the embedded mini-cluster, with its settings."""
 
+    settings: JobSettings
+    result: Any
 
-def publish(settings: JobSettings, events: list[SnapshotEvent]) -> None:
-    publisher = SnapshotPublisher(settings.kafka, settings.topics, source="test")
-    for e in events:
-        publisher.publish(e)
-    publisher.flush()
+    def judge_received(self, records: int, what: str, timeout_s: float = 60) -> None:
+        """Wait until the judging stage has read ``records`` records in all (windows, late
+        tallies, dead letters and baselines alike), failing with ``what`` after a while."""
+        rest, job = minicluster_rest_url(self.result), job_id_of(self.result)
+        seen: list[int] = []
 
+        def received() -> bool:
+            seen.append(records_in(rest, job, JUDGE))
+            return seen[-1] >= records
 
-def publish_baseline(settings: JobSettings, baseline: Baseline) -> None:
-    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
-    producer.produce(settings.topics.baselines, encode(baseline), baseline.doc_type.encode())
-    assert producer.flush(10) == 0
-
-
-def baseline(doc: str, version: str, threshold: float, fitted_at: int) -> Baseline:
-    return Baseline(doc_type=doc, version=version, status="fitted", fitted_at_ms=fitted_at,
-                    history_start_ms=T0 - 86_400_000, history_end_ms=T0, window_count=1440,
-                    center=threshold - 0.1, spread=0.02, p95=threshold - 0.05,
-                    p99=threshold - 0.02, typical_request_count=10, threshold=threshold,
-                    critical_threshold=min(1.0, threshold + 0.1), min_requests=2)  # fmt: skip
-
-
-def wait_for(
-    settings: JobSettings, done: Callable[[list[Verdict]], bool], timeout_s: float = 120
-) -> list[Verdict]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        verdicts = flow.read_verdicts(settings)
-        if done(verdicts):
-            return verdicts
-        if time.monotonic() > deadline:
-            got = sorted((v.window.doc_type, v.window.window_start_ms) for v in verdicts)
-            raise AssertionError(f"timed out; verdicts so far: {got}")
-        time.sleep(1)
-
-
-def windows_of(verdicts: list[Verdict], doc: str) -> dict[int, Verdict]:
-    return {v.window.window_start_ms: v for v in verdicts if v.window.doc_type == doc}
-
-
-def has(doc: str, *minutes: int) -> Callable[[list[Verdict]], bool]:
-    return lambda vs: all(T0 + m * MIN in windows_of(vs, doc) for m in minutes)
+        try:
+            wait_until(received, timeout_s, what, interval_s=1)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: the judge read {seen[-1]} of {records} records") from None
 
 
 @pytest.fixture
-def streaming(job_settings: JobSettings) -> Iterator[Callable[..., Any]]:
+def streaming(job_settings: JobSettings) -> Iterator[Callable[..., Running]]:
     """Start the drift job unbounded on the mini-cluster; cancelled at the end of the test."""
     results = []
 
-    def start(**job: Any) -> JobSettings:
+    def start(**job: Any) -> Running:
         settings = job_settings.model_copy(update={"job": job_settings.job.model_copy(update={
             "watermark_delay_ms": 5_000, "idle_timeout_s": 2, "late_report_s": 1,
             "checkpoint_interval_s": 5, "startup_mode": "earliest-offset", **job})})  # fmt: skip
         jar = flow.fetch_artifacts(settings).flink_jobs_jar()
         results.append(drift_job.run(settings, jar, bounded=False))
-        return settings
+        return Running(settings, results[-1])
 
     yield start
     for result in results:
@@ -124,9 +87,10 @@ def streaming(job_settings: JobSettings) -> Iterator[Callable[..., Any]]:
 
 
 def test_exact_windows_with_disorder_late_invalid_and_idle_partitions(
-    streaming: Callable[..., JobSettings],
+    streaming: Callable[..., Running],
 ) -> None:
-    settings = streaming()
+    job = streaming()
+    settings = job.settings
     busy = [e for m in range(3) for e in minute("invoice", m, [0.2, 0.4, 0.6, 0.3], jitter=m)]
     opener = event("invoice", T0 + 3 * MIN + 6_000, 0.1, 99)  # moves the watermark to 3:01
     # "radiology" stops after minute 1; its partition goes idle, its windows must still close.
@@ -134,21 +98,26 @@ def test_exact_windows_with_disorder_late_invalid_and_idle_partitions(
     publish(settings, [*busy, *quiet, opener])
     producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers,
                          "message.max.bytes": producer_max_bytes(settings.topics)})  # fmt: skip
-    producer.produce(settings.topics.snapshots, b"{not json", b"invoice")
-    # Larger than the Java producer's default request size (1 MB), and larger than fits in a
-    # dead letter once JSON writes each control character as six bytes: both get theirs.
-    producer.produce(settings.topics.snapshots, b"<" * 1_500_000, b"invoice")
-    producer.produce(settings.topics.snapshots, BIG, b"invoice")
-    # From another producer of the topic: ids and doc types longer than the contract allows.
     too_long = orjson.loads(encode(event("invoice", T0 + 1_000, 0.5, 7)))
-    producer.produce(settings.topics.snapshots, orjson.dumps({**too_long, "event_id": "e" * 201}))
-    producer.produce(settings.topics.snapshots, orjson.dumps({**too_long, "doc_type": "d" * 513}))
-    # Valid JSON but not an object, bytes that are not UTF-8, and a tombstone (no value).
-    producer.produce(settings.topics.snapshots, b"[1, 2]", b"invoice")
-    producer.produce(settings.topics.snapshots, b"\xff\xfe{", b"invoice")
-    producer.produce(settings.topics.snapshots, None, b"invoice")
-    producer.produce(settings.topics.snapshots, b'{"event_id": "x", "event_time_ms": "soon",'
-                     b' "doc_type": "invoice"}', b"invoice")  # fmt: skip
+    bad: list[tuple[bytes | None, bytes | None]] = [
+        (b"{not json", b"invoice"),
+        # Larger than the Java producer's default request size (1 MB), and larger than fits
+        # in a dead letter once JSON writes each control character as six bytes: both get
+        # theirs.
+        (b"<" * 1_500_000, b"invoice"),
+        (BIG, b"invoice"),
+        # From another producer of the topic: ids and doc types longer than the contract
+        # allows.
+        (orjson.dumps({**too_long, "event_id": "e" * 201}), None),
+        (orjson.dumps({**too_long, "doc_type": "d" * 513}), None),
+        # Valid JSON but not an object, bytes that are not UTF-8, and a tombstone (no value).
+        (b"[1, 2]", b"invoice"),
+        (b"\xff\xfe{", b"invoice"),
+        (None, b"invoice"),
+        (b'{"event_id": "x", "event_time_ms": "soon", "doc_type": "invoice"}', b"invoice"),
+    ]
+    for value, key in bad:
+        producer.produce(settings.topics.snapshots, value, key)
     assert producer.flush(10) == 0
     first = wait_for(
         settings, lambda vs: has("invoice", 0, 1, 2)(vs) and has("radiology", 0, 1)(vs)
@@ -157,7 +126,9 @@ def test_exact_windows_with_disorder_late_invalid_and_idle_partitions(
     # The watermark has passed minute 2: these two are late, for windows already judged.
     late = [event("invoice", T0 + 10_000, 0.99, 1000), event("invoice", T0 + MIN + 10, 0.99, 1001)]
     publish(settings, late)
-    time.sleep(4)  # let the late tally (every second, processing time) reach the judge
+    # The late tally (every second, processing time) must reach the judge before window 3
+    # closes: after the windows judged and a dead letter for each bad record, one more.
+    job.judge_received(len(first) + len(bad) + 1, "the late tally to reach the judge")
     # After the watermark (3:01), still inside window 3, then a tick to close it.
     more = [event("invoice", T0 + 3 * MIN + 10_000 + i, 0.5, i) for i in (1, 2)]
     more.append(event("invoice", T0 + 5 * MIN, 0.1, 98))
@@ -213,9 +184,10 @@ def test_exact_windows_with_disorder_late_invalid_and_idle_partitions(
 
 @pytest.mark.parametrize("deduplicate", [True, False])
 def test_a_retried_batch_is_counted_once(
-    streaming: Callable[..., JobSettings], deduplicate: bool
+    streaming: Callable[..., Running], deduplicate: bool
 ) -> None:
-    settings = streaming(deduplicate=deduplicate)
+    job = streaming(deduplicate=deduplicate)
+    settings = job.settings
     batch = [e for m in range(2) for e in minute("invoice", m, [0.2, 0.4, 0.6])]
     opener = event("invoice", T0 + 2 * MIN + 6_000, 0.1, 99)  # closes windows 0 and 1
     # A client retrying a batch after a partial failure: all of it again, then part of it,
@@ -229,7 +201,8 @@ def test_a_retried_batch_is_counted_once(
     # A late event sent twice, and a window still open getting a duplicate.
     late = event("invoice", T0 + 10_000, 0.99, 1000)
     publish(settings, [late, late])
-    time.sleep(4)  # the late tally (every second, processing time) reaches the judge
+    # The late tally (every second, processing time) reaches the judge after windows 0, 1.
+    job.judge_received(len(first) + 1, "the late tally to reach the judge")
     publish(settings, [opener, event("invoice", T0 + 4 * MIN, 0.1, 98)])
     verdicts = wait_for(settings, has("invoice", 2))
 
@@ -248,8 +221,9 @@ def test_a_retried_batch_is_counted_once(
     assert windows[T0 + 2 * MIN].window.late_count == 1
 
 
-def test_baselines_fallback_and_update_mid_stream(streaming: Callable[..., JobSettings]) -> None:
-    settings = streaming()
+def test_baselines_fallback_and_update_mid_stream(streaming: Callable[..., Running]) -> None:
+    job = streaming()
+    settings = job.settings
     doc = "purchase_contract"
 
     def step(m: int) -> list[Verdict]:
@@ -263,7 +237,8 @@ def test_baselines_fallback_and_update_mid_stream(streaming: Callable[..., JobSe
     assert (v.rule, v.breach_level, v.baseline_version) == ("static", "none", None)
 
     publish_baseline(settings, baseline(doc, "b1", threshold=0.3, fitted_at=T0))
-    time.sleep(3)  # the baseline reaches the job's keyed state
+    # The baseline reaches the job's keyed state: the judge has read window 0 and it.
+    job.judge_received(1 + 1, "baseline b1 to reach the judge")
     v = windows_of(step(1), doc)[T0 + MIN]
     assert (v.rule, v.baseline_version, v.threshold, v.breach_level) == (
         "baseline",
@@ -275,7 +250,8 @@ def test_baselines_fallback_and_update_mid_stream(streaming: Callable[..., JobSe
     publish_baseline(settings, baseline(doc, "b2", threshold=0.45, fitted_at=T0 + 1))
     # An older baseline arriving late (replay, compaction) must not win over a newer one.
     publish_baseline(settings, baseline(doc, "b0", threshold=0.9, fitted_at=T0 - 1))
-    time.sleep(3)
+    # Windows 0 and 1 of the type and window 1 of "tick" (closed by step 1), and 3 baselines.
+    job.judge_received(3 + 3, "baselines b2 and b0 to reach the judge")
     v = windows_of(step(2), doc)[T0 + 2 * MIN]
     assert (v.baseline_version, v.breach_level) == ("b2", "warning")
     # Other types are untouched by this type's baseline.

@@ -34,7 +34,9 @@ from anchorwatch.stack.processes import (
     wait_until,
 )
 from anchorwatch.stack.stack import Stack, StackSettings
-from tests.integration.jobs.test_drift_job import MIN, T0, has, minute, publish, wait_for
+from tests.support.drift_job import MIN, T0, has, minute, publish, wait_for
+from tests.support.flink import latest_checkpoint_ms
+from tests.support.waiting import wait_until as wait_for_condition
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -171,7 +173,13 @@ def test_a_killed_taskmanager_is_replaced_by_up_the_job_recovers_and_down_leaves
         part1 = [e for m in range(3) for e in minute("nda", m, [0.1, 0.2, 0.3])]
         publish(settings, part1)
         wait_for(settings, has("nda", 0), timeout_s=240)
-        time.sleep(4)  # a checkpoint past window 0
+        # A checkpoint past window 0: one triggered after its verdict was readable.
+        closed_ms = int(time.time() * 1000)
+        wait_for_condition(
+            lambda: (latest_checkpoint_ms(rest.base, job) or 0) > closed_ms,
+            60,
+            "a checkpoint completed after window 0's verdict",
+        )
 
         tms = s.flink.pids()[TASKMANAGER_CLASS]
         workers = _python_workers_by_tree(tms)
