@@ -14,8 +14,12 @@ import pytest
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.settings import KafkaSettings
 from anchorwatch.slice import create_topics, delete_topics, new_run_id, run_scoped_topics
-from anchorwatch.stack.processes import free_port
-from anchorwatch.stack.stack import Stack, StackSettings
+from anchorwatch.stack.stack import Stack
+from tests.support.stack import stack_on_free_ports
+
+# Shared fixtures and helpers live in tests/support/; these modules hold fixtures for the
+# whole suite (unit, integration), defined once.
+pytest_plugins = ["tests.support.alerting_fixtures"]
 
 # Variables that steer the test run itself, not the code under test: kept.
 _TEST_RUN_VARIABLES = ("ANCHORWATCH_TEST_", "ANCHORWATCH_SCREENSHOT_DIR", "ANCHORWATCH_JVM__")
@@ -38,16 +42,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     ANCHORWATCH_TEST_STATE_DIR pins the state directory so CI can always stop it."""
     state = os.environ.get("ANCHORWATCH_TEST_STATE_DIR")
     state_dir = Path(state) if state else tmp_path_factory.mktemp("stack")
-    settings = StackSettings.load(
-        stack={
-            "state_dir": state_dir,
-            "kafka_port": free_port(),
-            "controller_port": free_port(),
-            "flink_rest_port": free_port(),
-            "flink_rpc_port": free_port(),
-        },
-    )
-    s = Stack(settings)
+    s = stack_on_free_ports(state_dir, flink=True)
     try:
         s.up(with_flink=True)
         yield s
@@ -67,16 +62,8 @@ def private_kafka(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
     started: list[Stack] = []
 
     def start(**topics: Any) -> Stack:
-        settings = StackSettings.load(
-            None,
-            stack={
-                "state_dir": tmp_path / f"stack-{len(started)}",
-                "kafka_port": free_port(),
-                "controller_port": free_port(),
-            },
-            **({"topics": topics} if topics else {}),
-        )
-        stack = Stack(settings)
+        state_dir = tmp_path / f"stack-{len(started)}"
+        stack = stack_on_free_ports(state_dir, topics=topics)
         started.append(stack)
         stack.up(with_flink=False)
         return stack

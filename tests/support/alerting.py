@@ -25,6 +25,10 @@ MINUTE = 60_000
 #: three clean windows (resolves).
 LIFECYCLE = (0.5, 0.87, 0.88, 0.95, 0.93, 0.94, 0.5, 0.5, 0.5)
 
+#: The lifecycle escalates on its first critical window: these tests are about delivering
+#: an escalation, not about how much evidence one takes (the policy's tests are).
+POLICY = {"rules": [{"name": "drift", "open_after_critical": 1}]}
+
 
 def verdict(
     doc_type: str, minute: int, mean: float, *, requests: int = 50, job_version: str = "j1"
@@ -47,6 +51,11 @@ def lifecycle(doc_type: str, first_minute: int = 0) -> list[Verdict]:
 
 
 LocalSlackWithHistory = LocalSlack
+
+#: The bot token the local Slack of the shared fixture asks for, and the Jira login a
+#: local Jira asks for when a test wants one (``pytest.mark.local_jira``).
+SLACK_TOKEN = "xoxb-test"
+JIRA_USER, JIRA_TOKEN = "aw@example.com", "api-token"
 
 
 # --------------------------------------------------------------------------- checks

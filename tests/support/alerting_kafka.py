@@ -25,8 +25,7 @@ from anchorwatch.contracts import DriftEvent, Verdict, decode_drift_event, encod
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config, read_topic
 from anchorwatch.stack.processes import free_port
-
-TOKEN = "xoxb-integration"
+from tests.support.alerting import SLACK_TOKEN
 
 
 def service_config(
@@ -52,7 +51,7 @@ def service_config(
             **alerting,
         },
         "slack": (
-            {"mode": "bot", "api_url": slack.api_url, "bot_token": TOKEN, "charts": False}
+            {"mode": "bot", "api_url": slack.api_url, "bot_token": SLACK_TOKEN, "charts": False}
             if slack
             else {"mode": "off"}
         ),

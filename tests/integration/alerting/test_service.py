@@ -4,7 +4,6 @@ the local Slack and Jira through the real clients, and the drift-events topic re
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from anchorwatch.contracts import Baseline, encode
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config
 from tests.support.alerting import (
+    POLICY,
     LocalSlackWithHistory,
     lifecycle,
     parents_by_label,
@@ -27,7 +27,6 @@ from tests.support.alerting import (
     verdict,
 )
 from tests.support.alerting_kafka import (
-    TOKEN,
     delivered_everything,
     drift_events,
     load_settings,
@@ -35,13 +34,9 @@ from tests.support.alerting_kafka import (
     service_config,
     wait_until,
 )
-from tests.unit.alerting.test_render import assert_slack_safe
+from tests.support.rendering import assert_slack_safe
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-#: The lifecycle escalates on its first critical window: these tests are about delivering
-#: an escalation, not about how much evidence one takes (the policy's tests are).
-POLICY = {"rules": [{"name": "drift", "open_after_critical": 1}]}
 
 DOC_TYPES = [
     "medical_report",
@@ -51,18 +46,6 @@ DOC_TYPES = [
     "日本語の契約書 🚨",
     "c" * 300,
 ]
-
-
-@pytest.fixture
-def slack() -> Iterator[LocalSlackWithHistory]:
-    with LocalSlackWithHistory(token=TOKEN) as server:
-        yield server
-
-
-@pytest.fixture
-def jira() -> Iterator[LocalJira]:
-    with LocalJira() as server:
-        yield server
 
 
 def _metric(url: str, line_start: str) -> float:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,9 @@ from anchorwatch.alerting.render import incident_label
 from anchorwatch.alerting.service import list_incidents
 from anchorwatch.alerting.store import Store
 from anchorwatch.jobs.settings import JobSettings
-from tests.integration.alerting.test_service import POLICY
 from tests.support.alerting import (
+    POLICY,
+    SLACK_TOKEN,
     LocalSlackWithHistory,
     lifecycle,
     parents_by_label,
@@ -31,7 +31,6 @@ from tests.support.alerting import (
     verdict,
 )
 from tests.support.alerting_kafka import (
-    TOKEN,
     ServiceProcess,
     delivered_everything,
     drift_events,
@@ -41,7 +40,7 @@ from tests.support.alerting_kafka import (
     service_env,
     wait_until,
 )
-from tests.unit.alerting.test_render import assert_slack_safe
+from tests.support.rendering import assert_slack_safe
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -57,18 +56,6 @@ CHOSEN = [
     "send_after:events@1",
 ]
 RANDOM_KILLS = 6
-
-
-@pytest.fixture
-def slack() -> Iterator[LocalSlackWithHistory]:
-    with LocalSlackWithHistory(token=TOKEN) as server:
-        yield server
-
-
-@pytest.fixture
-def jira() -> Iterator[LocalJira]:
-    with LocalJira() as server:
-        yield server
 
 
 def _window_times(texts: list[str]) -> list[str]:
@@ -168,7 +155,7 @@ def test_a_thousand_doc_types_drifting_at_once(
     verdicts = [verdict(d, m, mean) for m, mean in enumerate(means) for d in types]
     state = tmp_path / "state"
     rate = 100.0
-    with LocalSlack(token=TOKEN) as slack:
+    with LocalSlack(token=SLACK_TOKEN) as slack:
         config = service_config(
             job_settings,
             state,

@@ -23,10 +23,8 @@ from anchorwatch.alerting.store import Store
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.slice import create_topics
 from anchorwatch.stack.stack import Stack
-from tests.integration.alerting.test_service import POLICY
-from tests.support.alerting import lifecycle, parents_by_label, slack_threads
+from tests.support.alerting import POLICY, SLACK_TOKEN, lifecycle, parents_by_label, slack_threads
 from tests.support.alerting_kafka import (
-    TOKEN,
     ServiceProcess,
     delivered_everything,
     produce,
@@ -77,7 +75,7 @@ def test_kafka_gone_bounded_logs_a_stop_within_10_s_and_nothing_lost(
     job = JobSettings.load(kafka={"bootstrap_servers": private_stack.kafka.bootstrap})
     create_topics(job)
     state = tmp_path / "state"
-    with LocalSlack(token=TOKEN) as slack:
+    with LocalSlack(token=SLACK_TOKEN) as slack:
         # Slack refuses for now: the notifications wait in the outbox through the outage.
         requests.post(
             f"{slack.url}/_local/faults",

@@ -6,7 +6,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import click
 import pytest
@@ -17,19 +16,7 @@ from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.fakes.slack import LocalSlack
 from anchorwatch.cli.alerting import alerting
 from anchorwatch.errors import AnchorwatchError
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if key.startswith("ANCHORWATCH_"):
-            monkeypatch.delenv(key)
-
-
-@pytest.fixture
-def servers() -> Iterator[tuple[LocalSlack, LocalJira]]:
-    with LocalSlack() as slack, LocalJira() as jira:
-        yield slack, jira
+from tests.support.alerting import SLACK_TOKEN
 
 
 @pytest.mark.parametrize("name", sorted(alerting.commands))
@@ -43,12 +30,11 @@ def test_every_command_has_help_describing_every_option(name: str) -> None:
             assert param.help, f"{name} {param.opts} has no help"
 
 
-def test_send_test_reaches_both_local_servers(servers: tuple[LocalSlack, LocalJira]) -> None:
-    slack, jira = servers
+def test_send_test_reaches_both_local_servers(slack: LocalSlack, jira: LocalJira) -> None:
     env = {
         "ANCHORWATCH_SLACK__MODE": "bot",
         "ANCHORWATCH_SLACK__API_URL": slack.api_url,
-        "ANCHORWATCH_SLACK__BOT_TOKEN": "xoxb-local",
+        "ANCHORWATCH_SLACK__BOT_TOKEN": SLACK_TOKEN,
         "ANCHORWATCH_JIRA__ENABLED": "true",
         "ANCHORWATCH_JIRA__URL": jira.url,
     }
@@ -60,8 +46,7 @@ def test_send_test_reaches_both_local_servers(servers: tuple[LocalSlack, LocalJi
     assert jira.issues["OPS-1"]["fields"]["status"] == "Done"
 
 
-def test_send_test_webhook_mode(servers: tuple[LocalSlack, LocalJira]) -> None:
-    slack, _ = servers
+def test_send_test_webhook_mode(slack: LocalSlack) -> None:
     env = {
         "ANCHORWATCH_SLACK__MODE": "webhook",
         "ANCHORWATCH_SLACK__WEBHOOK_URL": slack.webhook_url,

@@ -6,7 +6,6 @@ ids, and by their windows when an old window comes back under a new id)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +15,7 @@ from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.notify import ManualClock
 from anchorwatch.alerting.store import BatchWrite, IncidentRow, NewEntry, Store
 from tests.support.alerting import LocalSlackWithHistory, lifecycle, verdict
-from tests.unit.alerting.test_service import (
-    TOKEN,
+from tests.support.alerting_harness import (
     Crash,
     Harness,
     assert_one_clean_lifecycle,
@@ -25,25 +23,6 @@ from tests.unit.alerting.test_service import (
 )
 
 T0 = 1_767_621_600_000
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    import time
-
-    return ManualClock(start=time.time())
-
-
-@pytest.fixture
-def slack() -> Iterator[LocalSlackWithHistory]:
-    with LocalSlackWithHistory(token=TOKEN) as server:
-        yield server
-
-
-@pytest.fixture
-def jira() -> Iterator[LocalJira]:
-    with LocalJira() as server:
-        yield server
 
 
 def outbox(h: Harness) -> list[tuple[Any, ...]]:
@@ -74,10 +53,9 @@ def _row(incident_id: str) -> IncidentRow:
     return IncidentRow(incident_id, "invoice", "drift", "open", "warning", T0, None, {}, 2, T0, 1)
 
 
-def test_a_reader_never_sees_a_batch_without_its_offsets(tmp_path: Path) -> None:
+def test_a_reader_never_sees_a_batch_without_its_offsets(tmp_path: Path, store: Store) -> None:
     """While a batch is written but not committed, another connection (the `incidents`
     command, a restart) sees the state before it: neither its offsets nor its outbox."""
-    store = Store(tmp_path)
     seen: list[tuple[dict[tuple[str, int], int], int]] = []
 
     def look() -> None:
@@ -100,8 +78,9 @@ def test_a_reader_never_sees_a_batch_without_its_offsets(tmp_path: Path) -> None
     assert seen[-1] == ({("verdicts", 0): 7}, 1)
 
 
-def test_a_crash_inside_the_commit_leaves_neither_offsets_nor_decisions(tmp_path: Path) -> None:
-    store = Store(tmp_path)
+def test_a_crash_inside_the_commit_leaves_neither_offsets_nor_decisions(
+    tmp_path: Path, store: Store
+) -> None:
 
     def die() -> None:
         raise Crash

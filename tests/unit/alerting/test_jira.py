@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -19,28 +18,18 @@ from anchorwatch.alerting.integrations.jira.render import doc_type_label
 from anchorwatch.alerting.notify import ManualClock, PermanentError, RetryableError, RetryPolicy
 from anchorwatch.alerting.render import incident_label
 from anchorwatch.alerting.settings import JiraSection
-from tests.unit.alerting.test_render import HOSTILE, view
+from tests.support.alerting import JIRA_TOKEN, JIRA_USER
+from tests.support.rendering import HOSTILE, view
 
-USER, TOKEN = "aw@example.com", "api-token"
-
-
-@pytest.fixture
-def jira() -> Iterator[LocalJira]:
-    with LocalJira(credentials=(USER, TOKEN)) as server:
-        yield server
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(start=1_000_000.0)
+pytestmark = pytest.mark.local_jira(credentials=(JIRA_USER, JIRA_TOKEN))
 
 
 def section(server: LocalJira, **kwargs: Any) -> JiraSection:
     return JiraSection(
         enabled=True,
         url=server.url,
-        user=USER,
-        api_token=TOKEN,
+        user=JIRA_USER,
+        api_token=JIRA_TOKEN,
         **kwargs,
     )
 
@@ -312,7 +301,7 @@ def test_field_errors_from_jira_itself_are_permanent(jira: LocalJira, clock: Man
 
 
 def test_wrong_credentials_are_permanent(jira: LocalJira, clock: ManualClock) -> None:
-    settings = JiraSection(enabled=True, url=jira.url, user=USER, api_token="wrong")
+    settings = JiraSection(enabled=True, url=jira.url, user=JIRA_USER, api_token="wrong")
     retry = RetryPolicy(sleep=clock.sleep, clock=clock)
     with pytest.raises(PermanentError, match="HTTP 401: You are not authenticated"):
         JiraNotifier(lambda: connect(settings), settings, retry).open_or_reopen(view())

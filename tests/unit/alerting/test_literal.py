@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -35,25 +34,10 @@ from anchorwatch.alerting.notify import ManualClock, RetryPolicy
 from anchorwatch.alerting.render import IncidentView, WindowPoint
 from anchorwatch.alerting.settings import JiraSection, RoutingSection
 from anchorwatch.contracts import Reason
-from tests.unit.alerting.test_render import view
+from tests.support.alerting import JIRA_TOKEN, JIRA_USER
+from tests.support.rendering import LITERAL, view
 
-LITERAL = [
-    '<!channel> "DO" \\\\ report*',
-    "victim two!",
-    "http://evil.example/x",
-    "(!) :) (y)",
-    "(/) (x) :P :D ;) (on) (*r) (flag)",
-    "{noformat}x{noformat}",
-    "{{mono}} a|b[c]",
-    "a|b[c]",
-    "[~admin] [Dashboard|https://evil.example] !x.png!",
-    "back\\*slash\\ and \\\\\\ runs\\",
-    "-- --- ---- +ins+ ^sup^ ~sub~ ??cite?? _em_ -del- #1 %x",
-    "mailto:x@evil.example file:/etc/passwd",
-    "key: value :: x:",
-    "&#92; &amp; &lt;b&gt; a & b",
-    "h1. heading bq. quote",
-]
+pytestmark = pytest.mark.local_jira(credentials=(JIRA_USER, JIRA_TOKEN))
 
 #: Jira's BackslashEscapeRendererComponent: the characters a backslash escapes.
 _ESCAPED_BY_BACKSLASH = set("-#*_+?^~|%{}[]()!@")
@@ -106,14 +90,6 @@ def test_jira_summary_is_the_plain_text(doc_type: str) -> None:
 
 # --------------------------------------------------------------------------- through Jira
 
-USER, TOKEN = "aw@example.com", "api-token"
-
-
-@pytest.fixture
-def jira() -> Iterator[LocalJira]:
-    with LocalJira(credentials=(USER, TOKEN)) as server:
-        yield server
-
 
 def _hostile_view(doc_type: str, **changes: Any) -> IncidentView:
     reason = Reason.model_construct(code="above_threshold", message=f"{doc_type} drifted")
@@ -129,7 +105,7 @@ def test_the_ticket_jira_received_shows_the_literal_doc_type(
     jira: LocalJira, doc_type: str
 ) -> None:
     clock = ManualClock(start=1_000_000.0)
-    settings = JiraSection(enabled=True, url=jira.url, user=USER, api_token=TOKEN)
+    settings = JiraSection(enabled=True, url=jira.url, user=JIRA_USER, api_token=JIRA_TOKEN)
     retry = RetryPolicy(sleep=clock.sleep, clock=clock, rand=lambda: 0.0)
     n = JiraNotifier(lambda: connect(settings), settings, retry, clock_ms=clock.ms)
     first = n.open_or_reopen(_hostile_view(doc_type))

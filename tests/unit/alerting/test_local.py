@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,17 +12,8 @@ from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.fakes.jql import JqlError, parse_jql
 from anchorwatch.alerting.fakes.slack import LocalSlack
 
-
-@pytest.fixture
-def slack() -> Iterator[LocalSlack]:
-    with LocalSlack() as server:
-        yield server
-
-
-@pytest.fixture
-def jira() -> Iterator[LocalJira]:
-    with LocalJira() as server:
-        yield server
+# These tests are about the servers themselves: a Slack taking any bot token.
+pytestmark = pytest.mark.local_slack(token=None)
 
 
 def api(slack: LocalSlack, method: str, bearer: str | None = "xoxb-1", **params: Any) -> Any:

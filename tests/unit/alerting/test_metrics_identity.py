@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from anchorwatch.alerting.service_metrics import ServiceMetrics
-from tests.unit.alerting.test_literal import LITERAL
+from tests.support.rendering import LITERAL
 
 TYPES = [*LITERAL, "victim_two-658958e2", "Victim two!", 'quote " and \\n', "日本語"]
 

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,22 +27,9 @@ from anchorwatch.alerting.store import Store
 from anchorwatch.cli.alerting import alerting
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.stack.processes import free_port
-from tests.support.alerting import LocalSlackWithHistory, lifecycle
+from tests.support.alerting import SLACK_TOKEN, LocalSlackWithHistory, lifecycle
+from tests.support.alerting_harness import Harness, settings_for
 from tests.support.waiting import wait_until
-from tests.unit.alerting.test_service import TOKEN, Harness, settings_for
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if key.startswith("ANCHORWATCH_"):
-            monkeypatch.delenv(key)
-
-
-@pytest.fixture
-def slack() -> Iterator[LocalSlackWithHistory]:
-    with LocalSlackWithHistory(token=TOKEN) as server:
-        yield server
 
 
 def test_endpoint_serves_metrics_and_probes() -> None:
@@ -110,7 +96,7 @@ def test_queued_notifications_go_out_while_kafka_is_down(
             "drift_events": False,
             "slack_rate_per_s": 100,
         },
-        slack={"mode": "bot", "api_url": slack.api_url, "bot_token": TOKEN, "charts": False},
+        slack={"mode": "bot", "api_url": slack.api_url, "bot_token": SLACK_TOKEN, "charts": False},
     )
     service = AlertingService(settings).start()
     try:
@@ -212,7 +198,12 @@ def _decided_and_hanging(tmp_path: Path, slack: LocalSlackWithHistory) -> dict[s
             "metrics_port": free_port(),
             "drift_events": False,
         },
-        "slack": {"mode": "bot", "api_url": slack.api_url, "bot_token": TOKEN, "timeout_s": 90},
+        "slack": {
+            "mode": "bot",
+            "api_url": slack.api_url,
+            "bot_token": SLACK_TOKEN,
+            "timeout_s": 90,
+        },
     }
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -10,13 +9,6 @@ import pytest
 from anchorwatch.alerting.notify import ManualClock
 from anchorwatch.alerting.settings import AlertingSettings, RoutingSection
 from anchorwatch.settings import SettingsError, describe_fields
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if key.startswith("ANCHORWATCH_"):
-            monkeypatch.delenv(key)
 
 
 def test_defaults_send_nothing_anywhere() -> None:

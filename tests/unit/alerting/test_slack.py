@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -23,21 +23,13 @@ from anchorwatch.alerting.integrations.slack.notifier import (
 from anchorwatch.alerting.notify import ManualClock, PermanentError, RetryableError, RetryPolicy
 from anchorwatch.alerting.render import WindowPoint, incident_label
 from anchorwatch.alerting.settings import RoutingSection, SlackSection
-from tests.unit.alerting.test_render import HOSTILE, assert_slack_safe, view
+from tests.support.alerting import SLACK_TOKEN
+from tests.support.rendering import HOSTILE, assert_slack_safe, view
 
-TOKEN = "xoxb-test-token"
+# The retry waits below are read as times since 0.
+pytestmark = pytest.mark.manual_clock(start=0.0)
+
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
-
-
-@pytest.fixture
-def slack() -> Iterator[LocalSlack]:
-    with LocalSlack(token=TOKEN) as server:
-        yield server
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
 
 
 def policy(clock: ManualClock, **kwargs: Any) -> RetryPolicy:
@@ -53,7 +45,7 @@ ROUTING = RoutingSection(
 
 
 def notifier(
-    server: LocalSlack, clock: ManualClock, token: str = TOKEN, **kwargs: Any
+    server: LocalSlack, clock: ManualClock, token: str = SLACK_TOKEN, **kwargs: Any
 ) -> SlackNotifier:
     client = WebClient(token=token, base_url=server.api_url, retry_handlers=[])
     return SlackNotifier(
@@ -206,7 +198,7 @@ def test_outage_beyond_the_budget_gives_up_with_retry_after_then_a_later_try_pos
 ) -> None:
     fault(slack, {"method": "chat.postMessage", "status": 429, "retry_after": 120, "times": -1})
     short = SlackNotifier(
-        WebClient(token=TOKEN, base_url=slack.api_url, retry_handlers=[]),
+        WebClient(token=SLACK_TOKEN, base_url=slack.api_url, retry_handlers=[]),
         ROUTING,
         policy(clock, max_elapsed_s=300),
     )
@@ -259,7 +251,7 @@ def test_chart_shows_only_the_last_n_windows(slack: LocalSlack, clock: ManualClo
         seen.append(len(points))
         return PNG
 
-    client = WebClient(token=TOKEN, base_url=slack.api_url, retry_handlers=[])
+    client = WebClient(token=SLACK_TOKEN, base_url=slack.api_url, retry_handlers=[])
     n = SlackNotifier(client, ROUTING, policy(clock), chart_windows=5, chart_renderer=renderer)
     n.update(n.open(view()), view(), history(40))
     assert seen == [5]
@@ -283,7 +275,7 @@ def test_hostile_doc_types_arrive_inert(
 def test_settings_wire_a_real_client_with_the_token_and_no_sdk_retries(
     slack: LocalSlack, clock: ManualClock
 ) -> None:
-    section = SlackSection(mode="bot", api_url=slack.api_url, bot_token=TOKEN)
+    section = SlackSection(mode="bot", api_url=slack.api_url, bot_token=SLACK_TOKEN)
     n = SlackNotifier.from_settings(section, ROUTING, policy(clock))
     fault(slack, {"method": "chat.postMessage", "disconnect": True})
     n.open(view())
@@ -292,7 +284,7 @@ def test_settings_wire_a_real_client_with_the_token_and_no_sdk_retries(
 
 
 def test_real_chart_is_uploaded_as_a_png(slack: LocalSlack, clock: ManualClock) -> None:
-    client = WebClient(token=TOKEN, base_url=slack.api_url, retry_handlers=[])
+    client = WebClient(token=SLACK_TOKEN, base_url=slack.api_url, retry_handlers=[])
     n = SlackNotifier(client, ROUTING, policy(clock))
     n.update(n.open(view()), view(), history(30))
     (entry,) = received(slack, "files")
@@ -353,7 +345,7 @@ def test_webhook_status_table(
 def test_a_slack_that_is_not_there_is_retried_then_reported(clock: ManualClock) -> None:
     with LocalSlack() as gone:
         url = gone.api_url  # a port that was ours and is now closed
-    client = WebClient(token=TOKEN, base_url=url, retry_handlers=[])
+    client = WebClient(token=SLACK_TOKEN, base_url=url, retry_handlers=[])
     n = SlackNotifier(client, ROUTING, policy(clock, max_attempts=3))
     with pytest.raises(RetryableError, match="connection error"):
         n.open(view())

@@ -1,0 +1,69 @@
+"""Fixtures the alerting tests share, unit and integration alike (registered for the whole
+suite by tests/conftest.py): a manual clock, the local Slack and Jira servers, and a state
+store in the test's own directory.
+
+A module or a test that needs another variant says so with a marker instead of defining a
+fixture of its own: ``pytest.mark.local_slack(token=None)`` (a Slack taking any token),
+``pytest.mark.local_jira(credentials=(JIRA_USER, JIRA_TOKEN))`` (a Jira asking for a
+login), ``pytest.mark.manual_clock(start=0.0)``; the marker's keywords go to the
+constructor."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anchorwatch.alerting.fakes.jira import LocalJira
+from anchorwatch.alerting.fakes.slack import LocalSlack
+from anchorwatch.alerting.notify import ManualClock
+from anchorwatch.alerting.store import Store
+from tests.support.alerting import SLACK_TOKEN
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker in (
+        "local_slack(**kwargs): build the slack fixture's LocalSlack with these arguments",
+        "local_jira(**kwargs): build the jira fixture's LocalJira with these arguments",
+        "manual_clock(start): start the clock fixture there instead of at the current time",
+    ):
+        config.addinivalue_line("markers", marker)
+
+
+def _options(request: pytest.FixtureRequest, marker: str) -> dict[str, Any]:
+    found = request.node.get_closest_marker(marker)
+    return dict(found.kwargs) if found else {}
+
+
+@pytest.fixture
+def clock(request: pytest.FixtureRequest) -> ManualClock:
+    """A clock that moves only when told; it starts now, so stored times read as recent."""
+    return ManualClock(**{"start": time.time(), **_options(request, "manual_clock")})
+
+
+@pytest.fixture
+def slack(request: pytest.FixtureRequest) -> Iterator[LocalSlack]:
+    """The local Slack, answering the Web API (history and replies included) for the bot
+    token SLACK_TOKEN only."""
+    with LocalSlack(**{"token": SLACK_TOKEN, **_options(request, "local_slack")}) as server:
+        yield server
+
+
+@pytest.fixture
+def jira(request: pytest.FixtureRequest) -> Iterator[LocalJira]:
+    """The local Jira (Data Center, no login unless the marker asks for one)."""
+    with LocalJira(**_options(request, "local_jira")) as server:
+        yield server
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """The alerting service's state in the test's own directory, closed at the end."""
+    opened = Store(tmp_path)
+    try:
+        yield opened
+    finally:
+        opened.close()
