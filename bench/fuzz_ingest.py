@@ -29,7 +29,7 @@ from anchorwatch.connectors.records import Batch, kong_body, ndjson_body
 from anchorwatch.connectors.validation import TimeWindow
 from anchorwatch.contracts import SnapshotEvent, encode
 from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
-from tests.unit.connectors.test_fastpath import _FORMATS, _outcome
+from tests.support.fastpath import FORMATS, outcome
 
 TARGETS = ("kong", "ndjson")
 CORPUS = Path(__file__).resolve().parent.parent / "connectors/native/fuzz/corpus"
@@ -38,7 +38,7 @@ SOURCE = "fuzz"
 # event and neither of the others (one too old, one ahead of the clock).
 WINDOWS = (None, TimeWindow(now_ms=1_764_403_290_000, max_future_ms=0, max_age_ms=60_000))
 
-# What one input decided: the outcome of `_outcome`, or the BodyError (the 400) as text.
+# What one input decided: the outcome of `outcome`, or the BodyError (the 400) as text.
 Decision = Any
 
 
@@ -46,7 +46,7 @@ def decide(
     parse: Callable[..., Batch], body: bytes, *args: Any, window: TimeWindow | None, fast: bool
 ) -> Decision:
     try:
-        return _outcome(parse(body, *args, source=SOURCE, window=window, fast=fast))
+        return outcome(parse(body, *args, source=SOURCE, window=window, fast=fast))
     except ValueError as exc:  # BodyError: the 400
         return str(exc)
 
@@ -96,7 +96,7 @@ def compare(target: str, name: str, body: bytes, figures: Figures) -> None:
     figures.inputs += 1
     cases: Iterable[tuple[Callable[..., Batch], tuple[Any, ...], KongFormat | None]]
     if target == "kong":
-        cases = [(kong_body, (fmt,), fmt) for fmt in _FORMATS]
+        cases = [(kong_body, (fmt,), fmt) for fmt in FORMATS]
     else:
         cases = [(ndjson_body, (), None)]
     for parse, args, fmt in cases:

@@ -15,7 +15,7 @@ from anchorwatch.connectors.settings import IngestSettings
 from anchorwatch.contracts import DeadLetter, decode, encode
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import read_topic
-from tests.unit.connectors.test_trust import _latin1_user_agent, five_entry_batch
+from tests.support.kong import five_entry_batch, latin1_user_agent_entry
 
 pytestmark = [pytest.mark.integration]
 
@@ -76,7 +76,7 @@ def test_an_entry_that_is_not_utf8_is_dead_lettered_and_its_neighbours_land(
     body, expected = five_entry_batch()
     entries = orjson.loads(body)
     # One client's Latin-1 User-Agent, as Kong's JSON encoder passes it through.
-    mixed = b"[" + orjson.dumps(entries[0]) + b"," + _latin1_user_agent() + b"]"
+    mixed = b"[" + orjson.dumps(entries[0]) + b"," + latin1_user_agent_entry() + b"]"
     (answer,) = _post(job_settings, [mixed])
     assert (answer["accepted"], answer["rejected"]) == (1, 1)
     assert answer["reasons"][0]["field"] == "request.headers.user-agent"

@@ -25,7 +25,6 @@ from anchorwatch.connectors import _native, records, validation
 from anchorwatch.connectors.kong import DEFAULT_FORMAT, KongFormat
 from anchorwatch.connectors.records import (
     _ANY_TIME,
-    Batch,
     _kong_body_fast,
     kong_body,
     ndjson_body,
@@ -33,6 +32,7 @@ from anchorwatch.connectors.records import (
 from anchorwatch.connectors.validation import TimeWindow
 from anchorwatch.contracts import SnapshotEvent, encode
 from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
+from tests.support.fastpath import FORMATS, WINDOWS, assert_paths_agree
 
 _NUMBERS = st.sampled_from(
     [
@@ -157,39 +157,12 @@ def _ndjson_line(draw: st.DrawFn) -> bytes:
     return _obj(draw(_fields(typical))).encode()
 
 
-def _outcome(batch: Batch) -> tuple[Any, ...]:
-    return (
-        [(a.event_id, a.doc_type, a.value) for a in batch.accepted],
-        [(r.raw, str(r.error)) for r in batch.rejected],
-        batch.notes,
-    )
-
-
-def _same(parse: Any, body: bytes, *args: Any, **kwargs: Any) -> None:
-    def run(fast: bool) -> Any:
-        try:
-            return _outcome(parse(body, *args, fast=fast, **kwargs))
-        except ValueError as exc:  # BodyError: the 400
-            return str(exc)
-
-    assert run(True) == run(False)
-
-
-# An ingest clock inside the generated times, so that some events fall outside the window.
-_WINDOWS = st.none() | st.builds(
-    TimeWindow,
-    st.integers(1_764_403_200_000 - 600_000, 1_764_403_200_000 + 3_600_000),
-    st.sampled_from([0, 300_000]),
-    st.sampled_from([60_000, 7 * 86_400_000]),
-)
-
-
 @settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(_ndjson_line(), min_size=1, max_size=3), _WINDOWS)
+@given(st.lists(_ndjson_line(), min_size=1, max_size=3), WINDOWS)
 def test_ndjson_lines_fast_or_not_give_the_same_events_bytes_and_rejections(
     lines: list[bytes], window: TimeWindow | None
 ) -> None:
-    _same(ndjson_body, b"\n".join(lines), source="ndjson-test", window=window)
+    assert_paths_agree(ndjson_body, b"\n".join(lines), source="ndjson-test", window=window)
 
 
 @functools.lru_cache(maxsize=1)
@@ -256,30 +229,18 @@ def _kong_entry(draw: st.DrawFn) -> dict[str, Any]:
     return entry
 
 
-_FORMATS = [
-    DEFAULT_FORMAT,
-    KongFormat(doc_type_locations=("response", "request")),
-    KongFormat(
-        doc_type_locations=("request", "response"),
-        measurement_locations=("request", "response"),
-        request_id_locations=("response",),
-    ),
-    KongFormat(request_id="x-anthropic-doc-type", doc_type="x-request-id"),
-]
-
-
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(_kong_entry(), min_size=1, max_size=4),
     st.booleans(),
-    st.sampled_from(_FORMATS),
-    _WINDOWS,
+    st.sampled_from(FORMATS),
+    WINDOWS,
 )
 def test_kong_bodies_fast_or_not_give_the_same_events_bytes_and_rejections(
     entries: list[dict[str, Any]], single: bool, fmt: KongFormat, window: TimeWindow | None
 ) -> None:
     body = orjson.dumps(entries[0] if single else entries)
-    _same(kong_body, body, fmt, source="kong-test", window=window)
+    assert_paths_agree(kong_body, body, fmt, source="kong-test", window=window)
 
 
 @pytest.mark.parametrize(
@@ -298,7 +259,7 @@ def test_kong_bodies_fast_or_not_give_the_same_events_bytes_and_rejections(
     ],
 )
 def test_bodies_the_fast_path_cannot_read_get_the_reference_answer(body: bytes) -> None:
-    _same(kong_body, body, source="kong-test")
+    assert_paths_agree(kong_body, body, source="kong-test")
 
 
 def _entry_text(change: str) -> bytes:
@@ -327,7 +288,7 @@ def _entry_text(change: str) -> bytes:
     ],
 )
 def test_entries_with_odd_parts_get_the_reference_answer(change: str) -> None:
-    _same(kong_body, _entry_text(change), source="kong-test")
+    assert_paths_agree(kong_body, _entry_text(change), source="kong-test")
 
 
 def test_headers_are_found_whatever_their_case_location_or_repetition() -> None:
@@ -561,4 +522,4 @@ def test_a_header_with_unicode_space_at_an_end_is_stripped_as_python_strips_it(
     reference = kong_body(body, source="kong-test", fast=False)
     assert [a.event_id for a in reference.accepted] == ["req-7"]
     assert _reader_of(DEFAULT_FORMAT).kong(body, "kong-test", *_ANY_TIME) == [None]
-    _same(kong_body, body, source="kong-test")
+    assert_paths_agree(kong_body, body, source="kong-test")

@@ -31,7 +31,7 @@ from anchorwatch.connectors.validation import Accepted
 from anchorwatch.contracts import SnapshotEvent, encode, validate
 from anchorwatch.stack.processes import free_port
 from bench.fuzz_ingest import CORPUS, TARGETS, corpus_files, replay, seeds
-from tests.unit.connectors.test_fastpath import _FORMATS, _WINDOWS, _same
+from tests.support.fastpath import FORMATS, WINDOWS, assert_paths_agree
 
 pytestmark = pytest.mark.slow
 
@@ -104,17 +104,17 @@ def _mutated(draw: st.DrawFn, target: str) -> bytes:
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_mutated("kong"), st.sampled_from(_FORMATS), _WINDOWS)
+@given(_mutated("kong"), st.sampled_from(FORMATS), WINDOWS)
 def test_mutated_kong_bodies_are_decided_alike_by_both_paths(
     body: bytes, fmt: Any, window: Any
 ) -> None:
-    _same(kong_body, body, fmt, source="fuzz", window=window)
+    assert_paths_agree(kong_body, body, fmt, source="fuzz", window=window)
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_mutated("ndjson"), _WINDOWS)
+@given(_mutated("ndjson"), WINDOWS)
 def test_mutated_ndjson_bodies_are_decided_alike_by_both_paths(body: bytes, window: Any) -> None:
-    _same(ndjson_body, body, source="fuzz", window=window)
+    assert_paths_agree(ndjson_body, body, source="fuzz", window=window)
 
 
 # ---------------------------------------------------------------------- the service

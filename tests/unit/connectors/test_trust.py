@@ -6,8 +6,6 @@ and the reference path, which must agree."""
 from __future__ import annotations
 
 import asyncio
-import copy
-import functools
 from typing import Any
 
 import orjson
@@ -20,27 +18,23 @@ from anchorwatch.connectors.server import IngestService
 from anchorwatch.connectors.settings import IngestSettings
 from anchorwatch.connectors.validation import TimeWindow
 from anchorwatch.contracts import SnapshotEvent, encode
-from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.generator import to_kong_entry
 from anchorwatch.settings import TopicSettings
 from anchorwatch.stack.processes import free_port
 from anchorwatch.stack.topics import topic_specs
+from tests.support.kong import (
+    COUNT,
+    DOC,
+    LOG,
+    RID,
+    STATUS,
+    five_entry_batch,
+    generated_event,
+    generated_events,
+    latin1_user_agent_entry,
+)
 
-DOC = "x-anthropic-doc-type"
-STATUS = "x-anthropic-snapshot-status"
-COUNT = "x-anthropic-anchor-count"
-LOG = "x-anthropic-snapshot-log"
-RID = "x-request-id"
 MINUTE = 60_000
-
-
-@functools.lru_cache(maxsize=1)
-def _events() -> tuple[SnapshotEvent, ...]:
-    traffic = generate(TrafficConfig(seed=5, minutes=3, doc_types=4))
-    return tuple(r.event for r in traffic.records() if r.event is not None)
-
-
-def _event(anchors: int = 2) -> SnapshotEvent:
-    return next(e for e in _events() if len(e.anchors) >= anchors)
 
 
 def _as_kong(event: SnapshotEvent, **update: Any) -> bytes:
@@ -70,7 +64,7 @@ def _reasons(batch: Batch) -> list[str]:
 
 
 def test_a_client_cannot_forge_the_drift_measurement_on_its_request() -> None:
-    event = _event(3)
+    event = generated_event(3)
     entry = to_kong_entry(event)
     forged = [{**a.model_dump(mode="json"), "drift_score": 0.99} for a in event.anchors]
     entry["request"]["headers"].update(
@@ -83,7 +77,7 @@ def test_a_client_cannot_forge_the_drift_measurement_on_its_request() -> None:
 
 
 def test_a_client_cannot_hide_real_drift_by_declaring_the_snapshot_disabled() -> None:
-    event = _event(2)
+    event = generated_event(2)
     entry = to_kong_entry(event)
     entry["request"]["headers"][STATUS] = "disabled"
     batch = _both(orjson.dumps(entry))
@@ -93,7 +87,7 @@ def test_a_client_cannot_hide_real_drift_by_declaring_the_snapshot_disabled() ->
 
 
 def test_measurements_only_on_the_request_are_missing_not_used() -> None:
-    entry = to_kong_entry(_event(2))
+    entry = to_kong_entry(generated_event(2))
     for name in (STATUS, COUNT, LOG):
         entry["request"]["headers"][name] = entry["response"]["headers"].pop(name)
     batch = _both(orjson.dumps([entry]))
@@ -103,7 +97,7 @@ def test_measurements_only_on_the_request_are_missing_not_used() -> None:
 
 
 def test_ignored_headers_are_counted_by_the_service() -> None:
-    entry = to_kong_entry(_event(2))
+    entry = to_kong_entry(generated_event(2))
     entry["request"]["headers"]["X-Anthropic-Snapshot-Status"] = "disabled"
     settings = IngestSettings.load(
         kafka={"bootstrap_servers": f"127.0.0.1:{free_port()}"},  # nothing there: 503
@@ -131,23 +125,16 @@ def test_ignored_headers_are_counted_by_the_service() -> None:
 
 
 def _batch_with(bad: bytes, *, good: int = 3, at: int = 1) -> tuple[bytes, list[SnapshotEvent]]:
-    events = list(_events()[:good])
+    events = list(generated_events()[:good])
     parts = [orjson.dumps(to_kong_entry(e)) for e in events]
     parts.insert(at, bad)
     return b"[" + b",\n ".join(parts) + b"]", events
 
 
-def _latin1_user_agent() -> bytes:
-    entry = to_kong_entry(_event(1))
-    entry["request"]["headers"]["user-agent"] = "UA-PLACEHOLDER"
-    entry["request"]["headers"]["x-api-key"] = "sk-secret"
-    return orjson.dumps(entry).replace(b"UA-PLACEHOLDER", "Müller-Client/1".encode("latin-1"))
-
-
 @pytest.mark.parametrize(
     ("bad", "field", "reason"),
     [
-        (_latin1_user_agent(), "request.headers.user-agent", "byte 0xfc is not UTF-8"),
+        (latin1_user_agent_entry(), "request.headers.user-agent", "byte 0xfc is not UTF-8"),
         (b'{"started_at": 1, "latencies": {"request": NaN}}', "latencies.request", "unexpected"),
         (
             b'{"request": {"headers": {"x": ' + b"[" * 1100 + b"]" * 1100 + b"}}}",
@@ -173,7 +160,7 @@ def test_an_entry_that_is_not_json_is_dead_lettered_alone(
 
 
 def test_the_dead_letter_of_an_entry_that_is_not_json_keeps_its_bytes_but_secrets() -> None:
-    bad = _latin1_user_agent()
+    bad = latin1_user_agent_entry()
     body, _ = _batch_with(bad, at=0)
     (rejected,) = _both(body).rejected
     assert rejected.raw == bad.replace(b'"sk-secret"', b'"REDACTED"')
@@ -181,7 +168,7 @@ def test_the_dead_letter_of_an_entry_that_is_not_json_keeps_its_bytes_but_secret
 
 
 def test_a_single_entry_that_is_not_json_is_a_dead_letter_not_a_400() -> None:
-    batch = _both(_latin1_user_agent())
+    batch = _both(latin1_user_agent_entry())
     assert batch.accepted == []
     assert batch.rejected[0].error.first_field == "request.headers.user-agent"
 
@@ -222,7 +209,7 @@ def test_path_at_names_the_field_around_a_byte() -> None:
 
 
 def test_a_repeated_request_id_with_different_values_falls_back_not_rejected() -> None:
-    event = _event(2)
+    event = generated_event(2)
     entry = to_kong_entry(event)
     entry["request"]["headers"][RID] = ["id-a", "id-b"]
     entry["request"]["id"] = "kong-request-7"
@@ -237,7 +224,7 @@ def test_a_repeated_request_id_with_different_values_falls_back_not_rejected() -
 
 
 def test_a_request_id_in_two_casings_is_a_repeated_header() -> None:
-    event = _event(2)
+    event = generated_event(2)
     entry = to_kong_entry(event)
     entry["request"]["headers"]["X-Request-Id"] = "other-id"
     entry["request"]["id"] = "kong-request-8"
@@ -247,7 +234,7 @@ def test_a_request_id_in_two_casings_is_a_repeated_header() -> None:
 
 
 def test_a_request_id_the_contract_refuses_falls_back() -> None:
-    entry = to_kong_entry(_event(2))
+    entry = to_kong_entry(generated_event(2))
     entry["request"]["headers"][RID] = "r" * 201
     batch = _both(orjson.dumps([entry]))
     assert batch.accepted[0].event_id == fallback_event_id(entry)
@@ -271,14 +258,14 @@ def test_a_request_id_the_contract_refuses_falls_back() -> None:
 def test_doc_types_that_hide_or_reorder_text_are_refused_naming_the_code_point(
     doc_type: str, reason: str
 ) -> None:
-    entry = to_kong_entry(_event(1))
+    entry = to_kong_entry(generated_event(1))
     entry["request"]["headers"][DOC] = doc_type
     batch = _both(orjson.dumps([entry]))
     assert _reasons(batch) == [f"request.headers.{DOC}: {reason}"]
 
 
 def test_doc_types_are_nfc_normalised_on_both_paths() -> None:
-    event = _event(1)
+    event = generated_event(1)
     entry = to_kong_entry(event)
     entry["request"]["headers"][DOC] = "facture-re\u0301sume\u0301"
     batch = _both(orjson.dumps([entry]))
@@ -291,7 +278,7 @@ def test_doc_types_are_nfc_normalised_on_both_paths() -> None:
 
 
 def test_the_doc_type_in_two_casings_with_different_values_is_a_conflict() -> None:
-    entry = to_kong_entry(_event(1))
+    entry = to_kong_entry(generated_event(1))
     entry["request"]["headers"]["X-Anthropic-Doc-Type"] = "not-" + entry["request"]["headers"][DOC]
     batch = _both(orjson.dumps([entry]))
     (reason,) = _reasons(batch)
@@ -309,7 +296,7 @@ def _window(now_ms: int) -> TimeWindow:
 
 
 def test_an_event_from_2099_cannot_move_the_watermark() -> None:
-    event = _event(1)
+    event = generated_event(1)
     entries = [to_kong_entry(event), to_kong_entry(event.model_copy(update={"event_id": "late"}))]
     entries[1]["started_at"] = 4_070_908_800_000  # 2099-01-01
     batch = _both(orjson.dumps(entries), window=_window(event.event_time_ms))
@@ -330,7 +317,7 @@ def test_an_event_from_2099_cannot_move_the_watermark() -> None:
     ],
 )
 def test_event_times_must_lie_in_the_window_on_both_formats(offset_ms: int, accepted: bool) -> None:
-    event = _event(1)
+    event = generated_event(1)
     window = _window(event.event_time_ms - offset_ms)
     kong = _both(orjson.dumps([to_kong_entry(event)]), window=window)
     assert len(kong.accepted) == accepted
@@ -350,37 +337,6 @@ def test_the_default_event_age_is_the_snapshots_topics_retention() -> None:
 
 
 # ---------------------------------------------------------------- the five-entry batch
-
-
-def five_entry_batch() -> tuple[bytes, list[SnapshotEvent]]:
-    """Two valid entries (one with odd-case and list-valued headers and two different
-    X-Request-Id values), one with a string drift_score, one without a doc type, one with
-    the doc type ``<!channel> "DO" \\ report*`` (valid: escaping is the renderer's job)."""
-    events = [e for e in _events() if len(e.anchors) >= 2][:4]
-    odd_type = '<!channel> "DO" \\ report*'
-    entries = [to_kong_entry(e) for e in events[:3]]
-    odd = entries[1]
-    odd["request"]["headers"] = {k.upper(): v for k, v in odd["request"]["headers"].items()}
-    odd["request"]["headers"]["X-REQUEST-ID"] = ["req-one", "req-two"]
-    odd["request"]["id"] = "kong-id-of-the-second"
-    response = odd["response"]["headers"]
-    response["X-Anthropic-Snapshot-Status"] = [response.pop(STATUS)] * 2
-    response[COUNT] = [response.pop(COUNT)]
-    string_drift = entries[2]
-    anchors = orjson.loads(string_drift["response"]["headers"][LOG])
-    anchors[0]["drift_score"] = str(anchors[0]["drift_score"])
-    string_drift["response"]["headers"][LOG] = orjson.dumps(anchors).decode()
-    no_doc_type = copy.deepcopy(entries[0])
-    no_doc_type["request"]["headers"].pop(DOC)
-    no_doc_type["request"]["headers"][RID] = "no-doc-type"
-    odd_doc = to_kong_entry(events[3].model_copy(update={"doc_type": odd_type}))
-    body = orjson.dumps([entries[0], odd, string_drift, no_doc_type, odd_doc])
-    expected = [
-        events[0],
-        events[1].model_copy(update={"event_id": "kong-id-of-the-second"}),
-        events[3].model_copy(update={"doc_type": odd_type}),
-    ]
-    return body, expected
 
 
 def test_a_five_entry_batch_keeps_three_and_dead_letters_two_naming_the_field() -> None:
