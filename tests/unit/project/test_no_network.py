@@ -1,5 +1,5 @@
-"""The unit suite's network guard (tests/unit/conftest.py): another machine is refused
-before any packet leaves, this machine is reachable."""
+"""The unit suite's network guard (tests/unit/conftest.py, tests/support/network.py):
+another machine is refused before any packet leaves, this machine is reachable."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from tests.unit.conftest import NetworkUsed, local
+from tests.support.network import NetworkUsed, local
 
 # TEST-NET-1 and -3 (RFC 5737) and a documentation IPv6 address: never a real host.
 ELSEWHERE = [("192.0.2.1", 9), ("203.0.113.7", 443), ("2001:db8::1", 80, 0, 0)]
