@@ -161,7 +161,14 @@ def test_bodies_in_memory_are_bounded_and_a_request_past_it_waits_then_gets_503(
         # One request holds most of the room while its body trickles in.
         slow_reader, slow = await _connect(port)
         await _send(slow, _post("/v1/kong", b"[" + b" " * 99, length=60_000))
-        await asyncio.sleep(0.1)
+        # It holds its share once the service has taken it (before reading the body).
+        budget = service._bodies
+        for _ in range(500):
+            if budget.free < budget.total:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the slow request never took its share of the room")
         reader, writer = await _connect(port)
         await _send(writer, _post("/v1/kong", b"[" + b" " * 9998 + b"]"))
         answer = await _response(reader)
