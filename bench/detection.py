@@ -52,12 +52,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from anchorwatch.backtest import Label, Score, aggregate_windows, alerts, backtest, score
-from anchorwatch.contracts import Baseline, WindowAggregate
+from anchorwatch.contracts import Baseline, WindowAggregate, encode
 from anchorwatch.generator import DocTypeProfile, TrafficConfig, generate
+from anchorwatch.jobs.judge import DocTypeJudge
 from anchorwatch.policy import window as policy_window
 from anchorwatch.policy.config import PolicyConfig, RuleConfig, StaticRuleConfig
 from anchorwatch.policy.fitting import fit_baselines
 from anchorwatch.policy.incidents import IncidentChange, IncidentTracker
+from anchorwatch.policy.window import QualityLimits
 from anchorwatch.scenarios import FAMILIES, ScenarioLabel
 from anchorwatch.scenarios import scenario as make_family_scenario
 
@@ -540,19 +542,34 @@ def diagnosis_codes(
     baselines: Mapping[str, Baseline],
     policy: PolicyConfig,
     changes: Sequence[IncidentChange],
+    replay_start_ms: int,
 ) -> dict[ScenarioLabel, frozenset[str]]:
     """Per ``diagnose`` label, the reason codes of the verdicts on its windows (as the drift
-    job judges them) and of the incident changes raised inside it."""
+    job judges them: each type's windows from ``replay_start_ms`` on, in order, through the
+    job's per-type judge, which keeps state between windows) and of the incident changes
+    raised inside it."""
     out: dict[ScenarioLabel, frozenset[str]] = {}
-    for lab in labels:
-        if lab.expect != "diagnose":
+    wanted = [lab for lab in labels if lab.expect == "diagnose"]
+    types = {lab.doc_type for lab in wanted}
+    found: dict[str, list[tuple[int, list[str]]]] = {t: [] for t in types}
+    judges: dict[str, DocTypeJudge] = {}
+    for w in sorted(windows, key=lambda w: (w.doc_type, w.window_start_ms)):
+        if w.doc_type not in types or w.window_start_ms < replay_start_ms:
             continue
-        base = baselines.get(lab.doc_type)
+        judge = judges.get(w.doc_type)
+        if judge is None:
+            judge = judges[w.doc_type] = DocTypeJudge("bench", policy.fallback, QualityLimits())
+            base = baselines.get(w.doc_type)
+            if base is not None:
+                judge.add_baseline(encode(base).decode())
+        verdict = judge.judge(w.model_dump())
+        found[w.doc_type].append((w.window_start_ms, [r.code for r in verdict.reasons]))
+    for lab in wanted:
         codes = {
-            r.code
-            for w in windows
-            if w.doc_type == lab.doc_type and lab.start_ms <= w.window_start_ms < lab.end_ms
-            for r in policy_window.judge_window(w, base, policy.fallback).reasons
+            code
+            for start_ms, codes_of in found[lab.doc_type]
+            if lab.start_ms <= start_ms < lab.end_ms
+            for code in codes_of
         }
         codes |= {
             r.code
@@ -579,7 +596,12 @@ def run_family(args: tuple[str, int, int, int]) -> tuple[str, list[FamilyScore]]
     for v in scenario_variants():
         result = backtest(windows, v.policy, fit_until_ms=sc.eval_start_ms)
         codes = diagnosis_codes(
-            windows, sc.labels, result.baselines if v.per_type else {}, v.policy, result.changes
+            windows,
+            sc.labels,
+            result.baselines if v.per_type else {},
+            v.policy,
+            result.changes,
+            sc.eval_start_ms,
         )
         out.append(
             score_scenario(

@@ -11,7 +11,8 @@
     baselines (compacted Kafka topic) ------------------------------------------------.  |
                                                                                       v  v
       Python, per window (not per event): keyed by doc type, keeps the latest baseline,
-      judges the window with anchorwatch.policy.window.judge_window -> verdicts (Kafka)
+      the late tally and the flat-line state (jobs/judge.py, pure), judges the window
+      with anchorwatch.policy.window.judge_window -> verdicts (Kafka)
 
 Late events are not dropped silently: an event is late when the watermark has passed it
 (`CURRENT_WATERMARK`), which is exactly when the window operator would drop it; such events
@@ -51,19 +52,20 @@ from anchorwatch.contracts import (
     DOC_TYPE_MAX_CHARS,
     IDENTIFIER_MAX_CHARS,
     ContractError,
-    WindowAggregate,
     decode_baseline,
     encode,
 )
+from anchorwatch.jobs.judge import DocTypeJudge, JudgeState
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import producer_max_bytes, record_limit
-from anchorwatch.policy.window import QualityLimits, StaticRule, judge_window, verdict_for
+from anchorwatch.policy.window import QualityLimits, StaticRule
 
 log = logging.getLogger(__name__)
 
 #: Part of every verdict id: bump when a change alters verdicts for the same input.
-#: 2: each event_id counted once per window.
-JOB_VERSION = "2"
+#: 2: each event_id counted once per window. 3: flat lines across windows and drops to a
+#: quarter of the normal level diagnosed.
+JOB_VERSION = "3"
 
 SNAPSHOTS = "snapshots"
 BASELINES = "baselines"
@@ -431,8 +433,9 @@ def _baseline_key(row: Row) -> str:
 
 
 class JudgeWindows(KeyedCoProcessFunction):  # type: ignore[misc]
-    """Per doc type: remembers the latest baseline and the late events not yet reported,
-    and turns each closed window into a verdict. Runs once per window, not per event."""
+    """Per doc type, in Flink's keyed state: the logic of ``DocTypeJudge`` (latest baseline,
+    late tally, flat-line state), which this adapter loads and stores around each call.
+    Runs once per window, not per event."""
 
     def __init__(self, job_version: str, static: StaticRule, quality: QualityLimits) -> None:
         self.job_version = job_version
@@ -442,6 +445,16 @@ class JudgeWindows(KeyedCoProcessFunction):  # type: ignore[misc]
     def open(self, runtime_context: RuntimeContext) -> None:
         self.baseline = runtime_context.get_state(ValueStateDescriptor("baseline", Types.STRING()))
         self.late = runtime_context.get_state(ValueStateDescriptor("late", Types.LONG()))
+        # Added with flat lines; a savepoint from before has none and starts it afresh.
+        self.flat = runtime_context.get_state(ValueStateDescriptor("flat", Types.STRING()))
+
+    def _load(self) -> DocTypeJudge:
+        state = JudgeState(
+            baseline=self.baseline.value(),
+            late=self.late.value() or 0,
+            flat=JudgeState.flat_from_json(self.flat.value()),
+        )
+        return DocTypeJudge(self.job_version, self.static, self.quality, state)
 
     def process_element1(self, row: Row, ctx: KeyedCoProcessFunction.Context) -> Iterator[Row]:
         figures = dict(zip(WINDOW_FIELDS, row, strict=True))
@@ -449,33 +462,25 @@ class JudgeWindows(KeyedCoProcessFunction):  # type: ignore[misc]
         if kind == "dead_letter":
             yield Row("dead_letter", doc_type, letter)
             return
+        judge = self._load()
         if kind == "late":
-            self.late.update((self.late.value() or 0) + figures["request_count"])
+            judge.add_late(figures["request_count"])
+            self.late.update(judge.state.late)
             return
-        late = self.late.value() or 0
+        verdict = judge.judge({"doc_type": doc_type, **figures})
         self.late.clear()
-        window = WindowAggregate(
-            doc_type=doc_type,
-            late_count=late,
-            **{k: v for k, v in figures.items() if v is not None},
-        )
-        stored = self.baseline.value()
-        baseline = decode_baseline(stored) if stored else None
-        judgement = judge_window(window, baseline, self.static, self.quality)
-        verdict = verdict_for(window, judgement, self.job_version)
+        self.flat.update(judge.state.flat_json())
         yield Row("verdict", doc_type, encode(verdict).decode())
 
     def process_element2(self, row: Row, ctx: KeyedCoProcessFunction.Context) -> Iterator[Row]:
-        raw = row[0] or ""
+        judge = self._load()
         try:
-            baseline = decode_baseline(raw)
+            judge.add_baseline(row[0] or "")
         except ContractError as exc:
             log.error("ignoring an invalid baseline record", extra={"error": str(exc)})
             return
-        stored = self.baseline.value()
-        # Compaction and replays can deliver an older baseline after a newer one.
-        if stored is None or decode_baseline(stored).fitted_at_ms <= baseline.fitted_at_ms:
-            self.baseline.update(raw)
+        if judge.state.baseline is not None:
+            self.baseline.update(judge.state.baseline)
         yield from ()
 
 

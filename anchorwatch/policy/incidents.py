@@ -65,6 +65,10 @@ POOLING_CAP: Final = 1.5
 #: Lag-1 autocorrelation up to which a type's windows count as independent draws, whose
 #: pooled evidence may judge windows big enough to judge alone.
 INDEPENDENT_WINDOWS: Final = 0.3
+#: Windows in a row with exactly the same mean that make a held level (see ``_step_up``).
+HOLD_WINDOWS: Final = 10
+#: The reason code of a window that stepped up from a held level by more than the margin.
+STEP_UP: Final = "step_from_held_level"
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,9 @@ class _RunState:
     clean_run: int = 0  # clean slots since the last breach, while open
     silent: int = 0  # consecutive inconclusive slots, while open
     cusum: float = 0.0
+    held_mean: float | None = None  # the latest window mean, and for how many windows in a
+    held_run: int = 0  # row (with requests) it was exactly that: a level that holds
+    step_from: float | None = None  # the held level a step up is measured from (see _step_up)
     recent: list[float] = field(default_factory=list)  # window means while open (adapting)
     open: Incident | None = None
     resolved: Incident | None = None  # the latest resolved incident: may be re-opened
@@ -346,11 +353,30 @@ class IncidentTracker:
             # A small window that itself looks high is no evidence of recovery.
             pooled_clean = not pooled_breach and mean <= recovery
 
+        stepped = False
+        if rule.compare == "baseline" and baseline is not None and window.request_count > 0:
+            stepped = self._step_up(rule, st, baseline, window, judgement, conclusive)
+            if stepped and level == "none":
+                margin = judgement.threshold - baseline.center
+                assert st.step_from is not None
+                judgement = replace(
+                    judgement,
+                    reasons=[
+                        *judgement.reasons,
+                        Reason(
+                            code=STEP_UP,
+                            message=f"mean drift {mean:.3f} stepped up "
+                            f"{mean - st.step_from:.3f} from {st.step_from:.3f}, the level "
+                            f"it held for {HOLD_WINDOWS}+ windows (margin {margin:.3f})",
+                        ),
+                    ],
+                )
+
         state: SlotState
         evidence: EvidenceKind | None = None
         if level == "critical":
             state, evidence = "critical", "window"
-        elif level == "warning":
+        elif level == "warning" or stepped:
             state, evidence = "breach", "window"
         elif pooled_breach:
             state, evidence = "breach", "pooled"
@@ -361,6 +387,46 @@ class IncidentTracker:
         else:
             state = "inconclusive"
         return _Slot(start, end, state, evidence, window, judgement, pooled_breach)
+
+    def _step_up(
+        self,
+        rule: RuleConfig,
+        st: _RunState,
+        baseline: Baseline,
+        window: WindowAggregate,
+        judgement: Judgement,
+        conclusive: bool,
+    ) -> bool:
+        """A step up from a level that held: whether ``window`` breaches by it.
+
+        On a type whose drift holds its value (quantised, flat: the same mean for
+        ``HOLD_WINDOWS`` windows in a row), the level wanders in small steps between long
+        holds, and the fitted threshold must sit above the whole wander: a jump from the
+        bottom of it can stay below. There a sudden rise by more than the margin from the
+        level just held is the anomaly, however high it lands, as long as it lands above
+        the recovery level (``center + recovery_share x margin``). The windows right after
+        the hold breach while they stay that far up; the run rules then apply as to any
+        breach. Series that never repeat a mean exactly (anything with noise) never hold,
+        so this never judges them. Both limits grow with the sensitivity (the margin)."""
+        mean = window.mean_drift
+        base = st.step_from
+        if mean == st.held_mean:
+            st.held_run += 1
+        else:
+            if st.held_mean is not None and st.held_run >= HOLD_WINDOWS:
+                base = st.held_mean
+            st.held_mean, st.held_run = mean, 1
+        margin = judgement.threshold - baseline.center
+        stepped = (
+            base is not None
+            and conclusive
+            and margin > 0
+            and mean - base > margin
+            and mean > baseline.center + rule.recovery_share * margin
+        )
+        # A judged window that is no step ends it; a window too small to judge does not.
+        st.step_from = base if stepped or not conclusive else None
+        return stepped
 
     def _pool(self, cusum: float, baseline: Baseline, window: WindowAggregate) -> float:
         """One CUSUM step. On correlated windows a sum of k of them varies R times more than

@@ -104,7 +104,11 @@ def judge_window(
     baseline: Baseline | None,
     static: StaticRule = StaticRule(),
     quality: QualityLimits = QualityLimits(),
+    flat: FlatLine | None = None,
 ) -> Judgement:
+    """``flat``: the type's ``FlatLine`` state including this window, from a judge that
+    keeps state between windows (the drift job's); a flat line is then diagnosed on windows
+    that carry no standard deviation too."""
     reasons: list[Reason] = []
     if baseline is not None and baseline.status == "fitted":
         baseline = baseline_at(baseline, window.window_start_ms)
@@ -169,6 +173,8 @@ def judge_window(
     reasons.extend(diagnose(window, quality))
     if rule == "baseline" and baseline is not None:
         reasons.extend(diagnose_against(window, baseline))
+    if flat is not None and flat.flat and all(r.code != FLAT_LINE for r in reasons):
+        reasons.append(flat.reason())
     return Judgement(rule, threshold, critical, min_requests, level, version, reasons)
 
 
@@ -197,7 +203,11 @@ def diagnose_against(window: WindowAggregate, baseline: Baseline) -> list[Reason
     if n < baseline.min_requests or n == 0:
         return found
     margin = baseline.threshold - baseline.center
-    floor = baseline.center - max(margin, SIGNIFICANCE * spread_at(baseline, n))
+    # The margin measures rises; where it is wider than the normal level itself (a low,
+    # noisy type) no fall could clear it, so a fall to DROP_SHARE of the normal is far
+    # enough, as long as it is also significant at the window's own size.
+    reach = min(margin, (1.0 - DROP_SHARE) * baseline.center)
+    floor = baseline.center - max(reach, SIGNIFICANCE * spread_at(baseline, n))
     if margin > 0 and window.mean_drift < floor:
         found.append(
             Reason(
@@ -211,12 +221,67 @@ def diagnose_against(window: WindowAggregate, baseline: Baseline) -> list[Reason
     if stddev is not None and stddev == 0.0 and n >= 3 and baseline.spread > MIN_SPREAD:
         found.append(
             Reason(
-                code="flat_line",
+                code=FLAT_LINE,
                 message=f"all {n} requests had drift exactly {window.mean_drift:.3f}: the "
                 "drift measurement has stopped varying",
             )
         )
     return found
+
+
+#: The reason code of drift that stopped varying (see ``diagnose_against``, ``FlatLine``).
+FLAT_LINE = "flat_line"
+#: A window below this share of its type's normal level is a drop whatever the margin.
+DROP_SHARE = 0.25
+#: Windows in a row with exactly the same mean that make a flat line (``FlatLine``).
+FLAT_RUN = 10
+#: Weight of one window in ``FlatLine.varying``, and the share of windows whose mean
+#: changes, before the run, that makes a type one whose drift varies.
+FLAT_WEIGHT = 0.05
+FLAT_VARYING = 0.5
+
+
+@dataclass(frozen=True)
+class FlatLine:
+    """What a type's recent windows say about its drift holding still: the state a per-type
+    judge keeps between windows (plain values, so it serialises), for types whose windows
+    carry nothing but count and mean (no standard deviation to show it in one window).
+
+    A type whose window means usually differ from one window to the next (``varying``: the
+    share of windows, exponentially weighted, whose mean differed from the one before, up
+    to the current run) and whose last ``FLAT_RUN`` windows had exactly the same mean has
+    stopped varying: its drift measurement is stuck. Quantised types whose level holds for
+    hours (a flat history) have a low ``varying`` and are never diagnosed for holding."""
+
+    mean: float | None = None  # the latest window's mean
+    run: int = 0  # windows in a row (with requests) with exactly that mean
+    varying: float = 0.0
+
+    def after(self, window: WindowAggregate) -> FlatLine:
+        """The state once ``window`` is seen; windows without requests change nothing."""
+        if window.request_count <= 0:
+            return self
+        mean = window.mean_drift
+        if self.mean is None:
+            return FlatLine(mean, 1, self.varying)
+        if mean == self.mean:
+            return FlatLine(mean, self.run + 1, self.varying)
+        # The run ended: its repeats (no change) and this change count now, so the share
+        # stays that of the windows before any run still going on.
+        held = (1.0 - FLAT_WEIGHT) ** (self.run - 1)
+        varying = self.varying * held
+        return FlatLine(mean, 1, varying + FLAT_WEIGHT * (1.0 - varying))
+
+    @property
+    def flat(self) -> bool:
+        return self.run >= FLAT_RUN and self.varying >= FLAT_VARYING
+
+    def reason(self) -> Reason:
+        return Reason(
+            code=FLAT_LINE,
+            message=f"the last {self.run} windows all had mean drift exactly "
+            f"{self.mean or 0.0:.4f}: the drift measurement has stopped varying",
+        )
 
 
 def diagnose(window: WindowAggregate, limits: QualityLimits) -> list[Reason]:

@@ -332,7 +332,9 @@ def test_every_family_runs_through_the_scoring(family: str) -> None:
     sc = small(family)
     policy = PolicyConfig()
     result = backtest(sc.windows, policy, fit_until_ms=sc.eval_start_ms)
-    codes = diagnosis_codes(sc.windows, sc.labels, result.baselines, policy, result.changes)
+    codes = diagnosis_codes(
+        sc.windows, sc.labels, result.baselines, policy, result.changes, sc.eval_start_ms
+    )
     s = score_scenario(
         changes_of(result.changes),
         sc.labels,

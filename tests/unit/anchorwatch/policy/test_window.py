@@ -5,7 +5,13 @@ from typing import Any
 import pytest
 
 from anchorwatch.contracts import Baseline, WindowAggregate
-from anchorwatch.policy.window import QualityLimits, StaticRule, judge_window
+from anchorwatch.policy.window import (
+    FLAT_RUN,
+    FlatLine,
+    QualityLimits,
+    StaticRule,
+    judge_window,
+)
 
 T0 = 1_764_403_200_000
 
@@ -148,3 +154,60 @@ def test_static_rule_validation_names_the_field() -> None:
         StaticRule(threshold=0.95, critical_threshold=0.9)
     with pytest.raises(ValueError, match="min_requests"):
         StaticRule(min_requests=0)
+
+
+def test_a_fall_to_a_quarter_of_the_normal_is_a_drop_even_under_a_wide_margin() -> None:
+    """A low, noisy type: its margin (0.19) is wider than its normal level (0.155), so no
+    fall could clear the margin; a fall to near zero is a drop all the same, as long as it
+    is significant at the window's size."""
+    wide = baseline().model_copy(
+        update={"center": 0.155, "spread": 0.0466, "threshold": 0.341, "min_requests": 12}
+    )
+    wide = wide.model_copy(update={"typical_request_count": 20.0})
+    assert [r.code for r in judge_window(window(0.01, 20), wide).reasons] == ["drift_drop"]
+    assert judge_window(window(0.06, 20), wide).reasons == []  # above a quarter... and noise
+    # Not significant at its size: 3 standard errors at n=12 are 0.18, more than the fall.
+    assert judge_window(window(0.01, 12), wide).reasons == []
+
+
+def test_a_flat_line_shows_across_windows_that_carry_only_count_and_mean() -> None:
+    """Windows without a standard deviation (a metric exported per minute) cannot show a
+    flat line one by one; the FlatLine state a per-type judge keeps between them does."""
+    state = FlatLine()
+    varying = [0.30 + 0.003 * (i % 5) for i in range(100)]
+    for mean in varying:
+        state = state.after(window(mean, 100))
+        assert not state.flat
+    codes = []
+    for _ in range(FLAT_RUN):
+        state = state.after(window(0.2931, 100))
+        codes.append(
+            [r.code for r in judge_window(window(0.2931, 100), baseline(), flat=state).reasons]
+        )
+    assert codes[-1] == ["flat_line"]
+    assert codes[:-1] == [[]] * (FLAT_RUN - 1)
+    assert "0.2931" in state.reason().message
+    # Windows without requests neither extend nor break it.
+    assert state.after(window(0.0, 0)) == state
+    # It ends when the drift varies again.
+    state = state.after(window(0.31, 100))
+    assert not state.flat
+
+
+def test_a_type_whose_level_holds_for_hours_is_not_diagnosed_for_holding() -> None:
+    state = FlatLine()
+    for level in (0.20, 0.21, 0.20, 0.22, 0.21) * 4:
+        for _ in range(60):
+            state = state.after(window(level, 100))
+            assert not state.flat
+    assert state.varying < 0.1
+
+
+def test_a_window_with_zero_sd_and_a_flat_state_is_named_once() -> None:
+    state = FlatLine()
+    for i in range(100):
+        state = state.after(window(0.30 + 0.001 * (i % 3), 100))
+    for _ in range(FLAT_RUN):
+        state = state.after(window(0.3, 50, stddev_drift=0.0))
+    j = judge_window(window(0.3, 50, stddev_drift=0.0), baseline(), flat=state)
+    assert [r.code for r in j.reasons] == ["flat_line"]

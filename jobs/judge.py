@@ -1,0 +1,108 @@
+"""The drift job's per-doc-type logic, apart from Flink: pure, no I/O, no clock.
+
+Per doc type the job keeps three things between windows: the latest baseline (a baseline
+with an older ``fitted_at_ms`` never replaces a newer one: compaction and replays deliver
+them out of order), the late events not yet reported, and the ``FlatLine`` state that lets a
+flat line show on windows carrying only count and mean. ``DocTypeJudge`` holds them as plain
+values (``JudgeState``, which the Flink function stores in its keyed state) and turns each
+closed window into a verdict with ``anchorwatch.policy.window.judge_window``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from anchorwatch.contracts import ContractError, Verdict, WindowAggregate, decode_baseline
+from anchorwatch.contracts.models import Baseline
+from anchorwatch.policy.window import (
+    FlatLine,
+    QualityLimits,
+    StaticRule,
+    judge_window,
+    verdict_for,
+)
+
+
+@dataclass
+class JudgeState:
+    """One doc type's state between windows, as plain values."""
+
+    baseline: str | None = None  # the latest baseline record, as received
+    late: int = 0  # late events not yet reported in a verdict
+    flat: FlatLine = field(default_factory=FlatLine)
+
+    def flat_json(self) -> str:
+        return json.dumps(asdict(self.flat))
+
+    @staticmethod
+    def flat_from_json(text: str | None) -> FlatLine:
+        """The stored ``FlatLine``; a missing or unreadable one starts afresh (a state from
+        before flat lines were tracked, say)."""
+        if not text:
+            return FlatLine()
+        try:
+            raw = json.loads(text)
+            return FlatLine(raw["mean"], int(raw["run"]), float(raw["varying"]))
+        except (ValueError, KeyError, TypeError):
+            return FlatLine()
+
+
+class DocTypeJudge:
+    """Judges the windows of one doc type, keeping its ``JudgeState`` (``state``)."""
+
+    def __init__(
+        self,
+        job_version: str,
+        static: StaticRule,
+        quality: QualityLimits,
+        state: JudgeState | None = None,
+    ) -> None:
+        self.job_version = job_version
+        self.static = static
+        self.quality = quality
+        self.state = state if state is not None else JudgeState()
+        self._decoded: tuple[str, Baseline] | None = None  # the record last decoded
+
+    def add_baseline(self, raw: str) -> Baseline:
+        """Keep ``raw`` unless the baseline held was fitted later. Returns the decoded
+        record; raises ``ContractError`` for one that is not a valid baseline."""
+        baseline = decode_baseline(raw)
+        held = self.baseline()
+        if held is None or held.fitted_at_ms <= baseline.fitted_at_ms:
+            self.state.baseline = raw
+        return baseline
+
+    def baseline(self) -> Baseline | None:
+        stored = self.state.baseline
+        if not stored:
+            return None
+        if self._decoded is not None and self._decoded[0] == stored:
+            return self._decoded[1]
+        try:
+            baseline = decode_baseline(stored)
+        except ContractError:
+            return None  # only valid records are stored; a contract change may orphan one
+        self._decoded = (stored, baseline)
+        return baseline
+
+    def add_late(self, count: int) -> None:
+        """Events of this type the window operator dropped as late: reported in the next
+        verdict."""
+        self.state.late += max(count, 0)
+
+    def judge(self, figures: Mapping[str, Any]) -> Verdict:
+        """The verdict on a closed window (``figures``: WindowAggregate fields, None for a
+        figure not computed); the late tally so far goes into it and starts again."""
+        window = WindowAggregate(
+            late_count=self.state.late,
+            **{k: v for k, v in figures.items() if v is not None},
+        )
+        self.state.late = 0
+        self.state.flat = self.state.flat.after(window)
+        judgement = judge_window(
+            window, self.baseline(), self.static, self.quality, flat=self.state.flat
+        )
+        return verdict_for(window, judgement, self.job_version)
