@@ -250,8 +250,10 @@ def test_baselines_fallback_and_update_mid_stream(streaming: Callable[..., Runni
     publish_baseline(settings, baseline(doc, "b2", threshold=0.45, fitted_at=T0 + 1))
     # An older baseline arriving late (replay, compaction) must not win over a newer one.
     publish_baseline(settings, baseline(doc, "b0", threshold=0.9, fitted_at=T0 - 1))
-    # Windows 0 and 1 of the type and window 1 of "tick" (closed by step 1), and 3 baselines.
-    job.judge_received(3 + 3, "baselines b2 and b0 to reach the judge")
+    # Windows 0 and 1 of the type and window 1 of "tick" (closed by step 1); the late tally
+    # of step 1's first event (at 1:01, where step 0's tick had put the watermark); and the
+    # three baselines.
+    job.judge_received(3 + 1 + 3, "baselines b2 and b0 to reach the judge")
     v = windows_of(step(2), doc)[T0 + 2 * MIN]
     assert (v.baseline_version, v.breach_level) == ("b2", "warning")
     # Other types are untouched by this type's baseline.
