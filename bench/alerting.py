@@ -13,16 +13,16 @@ this process, and runs `anchorwatch alerting serve` as its own process per confi
    drift: incidents, notifications), then verdicts/s from the service being ready to the
    last one decided and committed; peak RSS of the service.
 
-    .venv/bin/python bench/alerting.py --incidents 40 --types 1000 --windows 20
+    .venv/bin/python -m bench.alerting --incidents 40 --types 1000 --windows 20
+
+The verdicts, the settings as environment and the service process are the alerting
+tests' own (tests/support/), so the bench measures what the tests check.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -37,29 +37,16 @@ from confluent_kafka import Producer
 from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.fakes.slack import LocalSlack
 from anchorwatch.alerting.store import Store
-from anchorwatch.contracts import Verdict, WindowAggregate, encode
+from anchorwatch.contracts import encode
 from anchorwatch.jobs.settings import JobSettings
+from anchorwatch.journey import answers
 from anchorwatch.kafkaio import client_config
-from anchorwatch.policy.window import judge_window, verdict_for
 from anchorwatch.slice import private_topics
 from anchorwatch.stack.processes import free_port
 from anchorwatch.stack.stack import private_kafka
-
-T0 = 1_767_621_600_000
-MINUTE = 60_000
-TOKEN = "xoxb-bench"  # noqa: S105 - the local Slack takes any token
-
-
-def verdict(doc_type: str, minute: int, mean: float, requests: int = 50) -> Verdict:
-    start = T0 + minute * MINUTE
-    window = WindowAggregate(
-        doc_type=doc_type,
-        window_start_ms=start,
-        window_end_ms=start + MINUTE,
-        request_count=requests,
-        mean_drift=mean,
-    )
-    return verdict_for(window, judge_window(window, None), "bench")
+from tests.support.alerting import POLICY, SLACK_TOKEN, verdict
+from tests.support.alerting_kafka import ServiceProcess, service_env
+from tests.support.waiting import wait_until
 
 
 class TimedSlack(LocalSlack):
@@ -84,47 +71,28 @@ def service(
     job: JobSettings, state: Path, slack: LocalSlack, jira: LocalJira, sync: str
 ) -> Iterator[tuple[psutil.Process, str]]:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANCHORWATCH_")}
-    env.update(
-        {
-            "ANCHORWATCH_KAFKA__BOOTSTRAP_SERVERS": job.kafka.bootstrap_servers,
-            **{f"ANCHORWATCH_TOPICS__{k.upper()}": str(v) for k, v in job.topics},
-            "ANCHORWATCH_ALERTING__STATE_DIR": str(state),
-            "ANCHORWATCH_ALERTING__START_OFFSET": "earliest",
-            "ANCHORWATCH_ALERTING__METRICS_PORT": str(port),
-            "ANCHORWATCH_ALERTING__SQLITE_SYNCHRONOUS": sync,
-            "ANCHORWATCH_SLACK__MODE": "bot",
-            "ANCHORWATCH_SLACK__API_URL": slack.api_url,
-            "ANCHORWATCH_SLACK__BOT_TOKEN": TOKEN,
-            "ANCHORWATCH_JIRA__ENABLED": "true",
-            "ANCHORWATCH_JIRA__URL": jira.url,
-            "ANCHORWATCH_LOG_LEVEL": "WARNING",
-            # One critical window opens an incident (the default policy waits for two): the
-            # latency timed is the service's, from the verdict that opens it.
-            "ANCHORWATCH_POLICY__RULES": json.dumps([{"name": "drift", "open_after_critical": 1}]),
-        }
-    )
+    env = service_env({
+        "kafka": {"bootstrap_servers": job.kafka.bootstrap_servers},
+        "topics": dict(job.topics),
+        "alerting": {"state_dir": state, "start_offset": "earliest", "metrics_port": port,
+                     "sqlite_synchronous": sync},
+        "slack": {"mode": "bot", "api_url": slack.api_url, "bot_token": SLACK_TOKEN},
+        "jira": {"enabled": True, "url": jira.url},
+        # One critical window opens an incident (the default policy waits for two): the
+        # latency timed is the service's, from the verdict that opens it.
+        "policy": POLICY,
+    })  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    log = (state.parent / f"service-{state.name}.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "anchorwatch", "alerting", "serve"], env=env, stderr=log
-    )
+    log = state.parent / f"service-{state.name}.log"
+    process = ServiceProcess(env, log)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise SystemExit(f"the service did not get ready; see {log.name}")
-            time.sleep(0.05)
+        ready = f"{url}/readyz"
+        wait_until(lambda: answers(ready) or process.process.poll() is not None, 60, ready)
+        if process.process.poll() is not None:
+            raise SystemExit(f"the service exited before it was ready; see {log}")
         yield psutil.Process(process.pid), url
     finally:
-        process.terminate()
-        process.wait(timeout=60)
-        log.close()
+        process.stop()
 
 
 def decided(url: str) -> float:
@@ -148,7 +116,7 @@ def quantiles(values: list[float]) -> str:
 
 
 def latency(job: JobSettings, root: Path, sync: str, incidents: int, spacing: float) -> None:
-    with TimedSlack(token=TOKEN) as slack, LocalJira() as jira:
+    with TimedSlack(token=SLACK_TOKEN) as slack, LocalJira() as jira:
         state = root / f"latency-{sync}"
         producer = Producer(client_config(job.kafka, **{"enable.idempotence": True, "acks": "all"}))
         with service(job, state, slack, jira, sync):
@@ -156,7 +124,11 @@ def latency(job: JobSettings, root: Path, sync: str, incidents: int, spacing: fl
             for i in range(incidents):
                 doc = f"{sync.lower()}-latency-{i:03d}"
                 produced[doc] = time.time()
-                producer.produce(job.topics.verdicts, encode(verdict(doc, 0, 0.95)), doc.encode())
+                producer.produce(
+                    job.topics.verdicts,
+                    encode(verdict(doc, 0, 0.95, job_version="bench")),
+                    doc.encode(),
+                )
                 producer.flush(10)
                 time.sleep(spacing)
             deadline = time.monotonic() + 60
@@ -189,7 +161,14 @@ def throughput(job: JobSettings, root: Path, sync: str, types: int, windows: int
     drifting = {f"t{i:05d}" for i in range(0, types, 50)}
     names = [f"t{i:05d}" for i in range(types)]
     records = [
-        (doc.encode(), encode(verdict(doc, m, 0.95 if doc in drifting and 3 <= m < 8 else 0.4)))
+        (
+            doc.encode(),
+            encode(
+                verdict(
+                    doc, m, 0.95 if doc in drifting and 3 <= m < 8 else 0.4, job_version="bench"
+                )
+            ),
+        )
         for m in range(windows)
         for doc in names
     ]
@@ -198,7 +177,7 @@ def throughput(job: JobSettings, root: Path, sync: str, types: int, windows: int
     )
     state = root / f"throughput-{sync}"
     with (
-        TimedSlack(token=TOKEN) as slack,
+        TimedSlack(token=SLACK_TOKEN) as slack,
         LocalJira() as jira,
         service(job, state, slack, jira, sync) as (proc, url),
     ):

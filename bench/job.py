@@ -48,8 +48,7 @@ from anchorwatch.generator import TrafficConfig, generate
 from anchorwatch.jobs import drift_job
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config
-from anchorwatch.stack.processes import free_port
-from anchorwatch.stack.stack import Stack, StackSettings
+from anchorwatch.stack.stack import private_kafka
 
 MIN = 60_000
 
@@ -298,20 +297,13 @@ def main() -> None:
         "side by side in the same rounds",
     )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="aw-bench-job-") as tmp:
-        stack = Stack(StackSettings.load(stack={
-            "state_dir": tmp, "kafka_port": free_port(), "controller_port": free_port(),
-            "kafka_heap": "1g"}))  # fmt: skip
-        stack.up(with_flink=False)
-        try:
-            args.workdir = tmp
-            bench(stack, args)
-        finally:
-            stack.down()
+    with private_kafka(heap="1g") as bootstrap, tempfile.TemporaryDirectory() as tmp:
+        args.workdir = tmp
+        bench(bootstrap, args)
 
 
-def bench(stack: Stack, args: Any) -> None:
-    base = JobSettings.load(kafka={"bootstrap_servers": stack.kafka.bootstrap},
+def bench(bootstrap: str, args: Any) -> None:
+    base = JobSettings.load(kafka={"bootstrap_servers": bootstrap},
                             job={"parallelism": args.parallelism})  # fmt: skip
     jar = flow.fetch_artifacts(base).flink_jobs_jar()
 

@@ -4,7 +4,7 @@ Each round starts a fresh stack on free ports in a new state directory (so the f
 Kafka start includes formatting its storage), measures `up` until every component answers,
 then restarts Kafka on the formatted storage, and stops everything.
 
-    .venv/bin/python bench/stack_startup.py --rounds 3
+    .venv/bin/python -m bench.stack_startup --rounds 3
 """
 
 from __future__ import annotations
@@ -16,21 +16,12 @@ import time
 from pathlib import Path
 
 from anchorwatch.stack.jvm import fetch
-from anchorwatch.stack.processes import free_port
-from anchorwatch.stack.stack import Stack, StackSettings
+from anchorwatch.stack.stack import StackSettings
+from tests.support.stack import stack_on_free_ports
 
 
 def one_round(root: Path) -> dict[str, float]:
-    settings = StackSettings.load(
-        stack={
-            "state_dir": root,
-            "kafka_port": free_port(),
-            "controller_port": free_port(),
-            "flink_rest_port": free_port(),
-            "flink_rpc_port": free_port(),
-        }
-    )
-    stack = Stack(settings)
+    stack = stack_on_free_ports(root, flink=True)
     figures = {}
     try:
         t = time.perf_counter()
