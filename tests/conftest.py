@@ -19,7 +19,7 @@ from tests.support.stack import stack_on_free_ports
 
 # Shared fixtures and helpers live in tests/support/; these modules hold fixtures for the
 # whole suite (unit, integration), defined once.
-pytest_plugins = ["tests.support.alerting_fixtures"]
+pytest_plugins = ["tests.support.alerting_fixtures", "tests.support.journey"]
 
 # Variables that steer the test run itself, not the code under test: kept.
 _TEST_RUN_VARIABLES = ("ANCHORWATCH_TEST_", "ANCHORWATCH_SCREENSHOT_DIR", "ANCHORWATCH_JVM__")

@@ -1,5 +1,6 @@
 """One run of the demo's journey per test session, shared by the tests that look at what it
-did (the traffic the local Slack and Jira received, their pages in a browser)."""
+did (the traffic the local Slack and Jira received, their pages in a browser): the
+``journey_run`` fixture (a plugin of tests/conftest.py)."""
 
 from __future__ import annotations
 

@@ -11,9 +11,7 @@ import pytest
 import requests
 
 from anchorwatch.alerting.service import list_incidents
-from tests.support.journey import JourneyRun, journey_run, state_path
-
-__all__ = ["journey_run"]  # the session fixture, shared with the browser test
+from tests.support.journey import JourneyRun, state_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

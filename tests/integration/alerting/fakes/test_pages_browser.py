@@ -15,9 +15,7 @@ import pytest
 
 from anchorwatch.alerting.service import list_incidents
 from anchorwatch.journey import slack_permalink
-from tests.support.journey import JourneyRun, journey_run, state_path
-
-__all__ = ["journey_run"]
+from tests.support.journey import JourneyRun, state_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
