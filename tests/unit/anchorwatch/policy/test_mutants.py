@@ -24,7 +24,7 @@ from anchorwatch.policy.fitting import (
 )
 from anchorwatch.policy.incidents import IncidentChange, IncidentTracker, drift_event
 from anchorwatch.policy.refit import RefitHistory, RefitSchedule
-from anchorwatch.policy.window import spread_at
+from anchorwatch.policy.window import judge_window, spread_at, verdict_for
 
 T0 = 1_764_374_400_000  # 2025-11-29T00:00Z
 MIN = 60_000
@@ -187,11 +187,50 @@ def test_a_drift_event_carries_its_windows_request_count() -> None:
     (opened,) = changes
     event = drift_event(opened, emitted_at_ms=T0 + 2 * MIN)
     assert (event.evidence.window_start_ms, event.evidence.request_count) == (T0 + MIN, 41)
+    assert event.evidence.baseline_version == "b-test"  # what it was judged against
     # Resolved for silence: no window, no requests.
     silent = t.advance("nda", T0 + 30 * MIN)
     resolved = drift_event(silent[-1], emitted_at_ms=T0 + 30 * MIN)
     assert resolved.event_type == "ANCHOR_DRIFT_RESOLVED"
     assert resolved.evidence.request_count == 0
+    assert resolved.evidence.baseline_version == "b-test"  # the incident's, without a window
+
+
+def test_a_verdict_names_the_baseline_it_was_judged_against() -> None:
+    window = win(0, 0.37)
+    verdict = verdict_for(window, judge_window(window, baseline(version="b1-abc")), "job-7")
+    assert (verdict.baseline_version, verdict.breach_level) == ("b1-abc", "warning")
+    fallback = verdict_for(window, judge_window(window, None), "job-7")
+    assert fallback.baseline_version is None
+
+
+def test_a_second_adaptation_moves_the_history_on_again() -> None:
+    """Each accepted shift starts the type's history anew; a later shift moves it on."""
+    h = RefitHistory(RefitSchedule(interval_ms=MIN, history_ms=1440 * MIN, min_new_windows=1))
+    for i in range(40):
+        h.add(win(i, 0.3 if i < 10 else 0.5 if i < 25 else 0.7))
+    for incident, first in (("i1", 10), ("i2", 25)):
+        h.incident(
+            "nda",
+            incident,
+            first_breach_ms=T0 + first * MIN,
+            resolved_at_ms=T0 + 40 * MIN,
+            resolution="adapted",
+        )
+        starts = [(w.window_start_ms - T0) // MIN for w in h.usable("nda")]
+        assert starts == list(range(first, 40))
+    # A late window from between the two shifts does not come back.
+    h.add(win(20, 0.5))
+    assert {w.mean_drift for w in h.usable("nda")} == {0.7}
+
+
+def test_a_refit_may_wait_for_as_little_as_one_new_window() -> None:
+    """The service's ``refit_min_windows`` may be 1: a schedule takes it, not 0."""
+    h = RefitHistory(RefitSchedule(interval_ms=MIN, history_ms=1440 * MIN, min_new_windows=1))
+    h.add(win(0, 0.3))
+    assert [f.doc_type for f in h.due(T0 + 60 * MIN, lambda d: None)] == ["nda"]
+    with pytest.raises(ValueError, match="min_new_windows >= 1"):
+        RefitSchedule(interval_ms=MIN, history_ms=MIN, min_new_windows=0)
 
 
 def test_the_refit_queue_takes_at_most_its_limit_longest_unfitted_first() -> None:
