@@ -9,8 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -106,14 +105,6 @@ def drift_events(job: JobSettings) -> list[DriftEvent]:
         for m in read_topic(job.kafka, job.topics.drift_events)
         if m.value is not None
     ]
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def ready(config: dict[str, dict[str, Any]]) -> bool:

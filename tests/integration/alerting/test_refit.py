@@ -21,8 +21,8 @@ from tests.support.alerting_kafka import (
     load_settings,
     produce,
     service_config,
-    wait_until,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -38,9 +38,9 @@ from tests.support.alerting_kafka import (
     ready,
     service_config,
     service_env,
-    wait_until,
 )
 from tests.support.rendering import assert_slack_safe
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
