@@ -96,6 +96,40 @@ def test_normal_traffic_banks_no_pooled_evidence() -> None:
     assert windows_until_pooled_open(fresh, 60, mean, n) == math.ceil(expected)
 
 
+def test_a_baseline_without_a_margin_is_never_adapted() -> None:
+    """Adapting moves a baseline by the shift and keeps its margin; a baseline published
+    with its threshold at its center (the contract allows it) has no margin to keep, so a
+    flat new level stays an open incident, where the same level adapts a baseline with one."""
+
+    def kinds(threshold: float) -> list[str]:
+        t = IncidentTracker(
+            PolicyConfig(rules=(RuleConfig(name="drift", pooling=False, adapt_after=20),)),
+            {"nda": baseline(threshold=threshold)},
+        )
+        return [c.kind for i in range(60) for c in t.observe(win(i, 0.40))]
+
+    assert kinds(0.35) == ["opened", "resolved"]
+    assert kinds(0.30) == ["opened"]
+
+
+def test_a_restart_keeps_the_state_of_rules_still_in_the_policy() -> None:
+    """A rule dropped from the policy (same version) is forgotten on restart; the others
+    carry on, whatever order the saved state lists them in."""
+    sustained = RuleConfig(
+        name="sustained", compare="static", pooling=False, open_after=100, open_after_critical=100
+    )
+    drift = RuleConfig(name="drift", pooling=False)
+    before = IncidentTracker(PolicyConfig(rules=(sustained, drift)), {"nda": baseline()})
+    opened = [c for i in range(3) for c in before.observe(win(i, 0.40))]
+    assert [(c.kind, c.incident.rule) for c in opened] == [("opened", "drift")]
+    state = before.export_state()
+    assert [s["rule"] for s in state["states"]] == ["sustained", "drift"]
+    after = IncidentTracker(PolicyConfig(rules=(drift,)), {"nda": baseline()}, state=state)
+    assert after.open_incidents() == before.open_incidents() != []
+    # It carries on as the same incident: the next window updates, it opens nothing.
+    assert [c.kind for c in after.observe(win(3, 0.40))] == []
+
+
 # --------------------------------------------------------------------- the fit
 
 
