@@ -52,7 +52,13 @@ from anchorwatch.contracts import Baseline, DriftEvent, DriftEvidence, Reason, W
 from anchorwatch.contracts.models import DriftEventType, Severity, Verdict
 from anchorwatch.policy.config import PolicyConfig, RuleConfig
 from anchorwatch.policy.fitting import MIN_SPREAD, spread_at
-from anchorwatch.policy.window import BEYOND_HISTORY, Judgement, baseline_at, judge_window
+from anchorwatch.policy.window import (
+    BEYOND_HISTORY,
+    Judgement,
+    baseline_at,
+    judge_window,
+    same_mean,
+)
 
 ChangeKind = Literal["opened", "updated", "resolved", "reopened"]
 EvidenceKind = Literal["window", "pooled"]
@@ -410,7 +416,7 @@ class IncidentTracker:
         so this never judges them. Both limits grow with the sensitivity (the margin)."""
         mean = window.mean_drift
         base = st.step_from
-        if mean == st.held_mean:
+        if same_mean(mean, st.held_mean):
             st.held_run += 1
         else:
             if st.held_mean is not None and st.held_run >= HOLD_WINDOWS:

@@ -241,6 +241,16 @@ FLAT_WEIGHT = 0.05
 FLAT_VARYING = 0.5
 
 
+def same_mean(a: float, b: float | None) -> bool:
+    """Window means of requests that all had the same drift: equal up to the rounding of
+    averaging different numbers of copies of one value."""
+    return b is not None and abs(a - b) <= SAME_MEAN
+
+
+#: How far apart two window means may be and still be the same value (see ``same_mean``).
+SAME_MEAN = 1e-9
+
+
 @dataclass(frozen=True)
 class FlatLine:
     """What a type's recent windows say about its drift holding still: the state a per-type
@@ -264,8 +274,8 @@ class FlatLine:
         mean = window.mean_drift
         if self.mean is None:
             return FlatLine(mean, 1, self.varying)
-        if mean == self.mean:
-            return FlatLine(mean, self.run + 1, self.varying)
+        if same_mean(mean, self.mean):
+            return FlatLine(self.mean, self.run + 1, self.varying)
         # The run ended: its repeats (no change) and this change count now, so the share
         # stays that of the windows before any run still going on.
         held = (1.0 - FLAT_WEIGHT) ** (self.run - 1)

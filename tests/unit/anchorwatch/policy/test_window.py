@@ -187,8 +187,10 @@ def test_a_flat_line_shows_across_windows_that_carry_only_count_and_mean() -> No
     assert codes[-1] == ["flat_line"]
     assert codes[:-1] == [[]] * (FLAT_RUN - 1)
     assert "0.2931" in state.reason().message
-    # Windows without requests neither extend nor break it.
+    # Windows without requests neither extend nor break it; nor does the rounding of an
+    # average over another number of copies of the same drift.
     assert state.after(window(0.0, 0)) == state
+    assert state.after(window(sum([0.2931] * 7) / 7, 7)).run == state.run + 1
     # It ends when the drift varies again.
     state = state.after(window(0.31, 100))
     assert not state.flat
