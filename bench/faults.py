@@ -88,22 +88,28 @@ class SupervisedServices(Services):
         self.always: dict[str, dict[str, str]] = {}  # added to every start of a service
         self.first: dict[str, dict[str, str]] = {}  # added to its first start only
         self.restarts: Counter[str] = Counter()
+        # A start and the supervisor's look at it must not interleave (it would see a
+        # service launched but without its process yet, and start a second one).
+        self._lock = threading.Lock()
 
     def start(self, name: str, argv: list[str], env: Any) -> int:
         env = {**env, **self.always.get(name, {})}
-        self.launch[name] = (list(argv), env)
-        return super().start(name, argv, {**env, **self.first.pop(name, {})})
+        with self._lock:
+            pid = super().start(name, argv, {**env, **self.first.pop(name, {})})
+            self.launch[name] = (list(argv), env)
+        return pid
 
     def alive(self, name: str) -> bool:
         proc = self.procs.get(name)
         return proc is not None and proc.poll() is None
 
     def restart_dead(self, names: tuple[str, ...]) -> None:
-        for name in names:
-            if name in self.launch and not self.alive(name):
-                argv, env = self.launch[name]
-                self.restarts[name] += 1
-                super().start(name, argv, env)
+        with self._lock:
+            for name in names:
+                if name in self.launch and not self.alive(name):
+                    argv, env = self.launch[name]
+                    self.restarts[name] += 1
+                    super().start(name, argv, env)
 
 
 class FaultJourney(Journey):
@@ -118,6 +124,7 @@ class FaultJourney(Journey):
         options: JourneyOptions,
         echo: Echo,
         spec: TrialSpec,
+        job_overrides: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(stack, job_base, alerting_base, options, echo)
         self.spec = spec
@@ -125,7 +132,7 @@ class FaultJourney(Journey):
         # journey's 5 s idle timeout would let the others move the watermark past its
         # records. Frequent checkpoints keep a TaskManager's replay short.
         job = self.job_settings.job.model_copy(
-            update={"idle_timeout_s": 60, "checkpoint_interval_s": 5}
+            update={"idle_timeout_s": 60, "checkpoint_interval_s": 5, **(job_overrides or {})}
         )
         self.job_settings = self.job_settings.model_copy(update={"job": job})
         self.supervised = SupervisedServices(self.run_dir)
@@ -382,7 +389,11 @@ def campaign_stack(
 
 
 def run_trial(
-    stack: Stack, spec: TrialSpec, work_dir: Path, options: dict[str, Any]
+    stack: Stack,
+    spec: TrialSpec,
+    work_dir: Path,
+    options: dict[str, Any],
+    job_overrides: dict[str, Any] | None = None,
 ) -> TrialResult:
     # A trial starts from a whole cluster, every replica in sync.
     stack.up(with_flink=True)
@@ -399,7 +410,7 @@ def run_trial(
         kong_workers=1,
         **options,
     )
-    journey = FaultJourney(stack, job, alerting, opts, lambda line: None, spec)
+    journey = FaultJourney(stack, job, alerting, opts, lambda line: None, spec, job_overrides)
     plan = jp.make_plan(int(time.time() * 1000), seed=spec.seed, doc_types=opts.doc_types,
                         history_minutes=opts.history_minutes,
                         live_minutes=opts.live_minutes)  # fmt: skip
@@ -422,6 +433,11 @@ def run_trial(
 
 def trial_line(r: TrialResult, total: int) -> str:
     f = r.figures
+    if "windows" not in f:
+        return (
+            f"trial {r.spec.index + 1}/{total} seed {r.spec.seed} {r.spec.describe()}: "
+            f"did not finish ({f.get('seconds')}s)"
+        )
     return (
         f"trial {r.spec.index + 1}/{total} seed {r.spec.seed} {r.spec.describe()}: "
         f"{f.get('injected')}; {r.acked} events acked, lost {r.lost}, doubled {r.doubled}, "
@@ -449,11 +465,12 @@ def campaign(
     work_dir: Path,
     echo: Echo = print,
     options: dict[str, Any] | None = None,
+    job_overrides: dict[str, Any] | None = None,
 ) -> list[TrialResult]:
     results = []
     for spec in specs:
         echo(f"trial {spec.index + 1}/{len(specs)} seed {spec.seed}: {spec.describe()} ...")
-        result = run_trial(stack, spec, work_dir, options or {})
+        result = run_trial(stack, spec, work_dir, options or {}, job_overrides)
         results.append(result)
         echo(trial_line(result, len(specs)))
         for p in result.problems:
@@ -469,6 +486,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help=f"fault kinds, comma-separated: {','.join(FAULTS)}")
     p.add_argument("--state-dir", type=Path, default=None, help="the cluster's state directory")
     p.add_argument("--work-dir", type=Path, default=None, help="where runs keep their logs")
+    p.add_argument("--history-minutes", type=int, default=180)
+    p.add_argument("--live-minutes", type=int, default=34)
+    p.add_argument("--speed", type=float, default=30.0, help="replay speed of the live span")
+    p.add_argument(
+        "--no-dedup",
+        action="store_true",
+        help="the job without deduplication by event_id (shows that the count sees copies)",
+    )
     a = p.parse_args(argv)
     only = tuple(k for k in a.only.split(",") if k)
     unknown = set(only) - set(FAULTS)
@@ -481,7 +506,10 @@ def main(argv: list[str] | None = None) -> int:
     with campaign_stack(a.state_dir) as stack:
         print(f"cluster: 3 Kafka nodes at {stack.kafka.bootstrap}, 2 TaskManagers "
               f"({time.monotonic() - t:.0f}s)", flush=True)  # fmt: skip
-        results = campaign(stack, specs, work, lambda line: print(line, flush=True))
+        options = {"history_minutes": a.history_minutes, "live_minutes": a.live_minutes,
+                   "speed": a.speed}  # fmt: skip
+        job = {"deduplicate": False} if a.no_dedup else None
+        results = campaign(stack, specs, work, lambda line: print(line, flush=True), options, job)
     others = sum(len(r.problems) for r in results if r.clean)
     if others:
         print(f"other problems: {others} (listed above)")
