@@ -1,6 +1,7 @@
 """Shared by the alerting service's tests (unit and integration) and bench/alerting.py:
-verdicts for chosen windows, the incident lifecycle they drive, and checks of what the local
-Slack received.
+verdicts for chosen windows, the incident lifecycle they drive, the policy that opens on
+the first critical window, the Slack token and Jira login of the local servers, and checks
+of what the local Slack received.
 
 ``LocalSlackWithHistory`` is the local Slack (``alerting/fakes/slack.py``), which answers
 ``conversations.history`` and ``conversations.replies`` as Slack does; the name stays for
