@@ -30,6 +30,12 @@ import org.apache.flink.table.runtime.typeutils.InternalTypeInfo;
  * Such a record comes out with every decoded column NULL and its text in the payload column
  * (option {@code payload-column}, default {@code unparsable_payload}, declared last), so one
  * reader of a topic both aggregates records and dead-letters the unreadable ones.
+ *
+ * <p>Option {@code decoder}: {@code scanner} (default) reads the declared top-level fields
+ * straight from the bytes and only checks the rest for well-formedness (a snapshot's
+ * anchors, which the job never reads, are most of its bytes), handing any record it cannot
+ * vouch for to Flink's decoder; {@code jackson} uses Flink's decoder for every record. Both
+ * give the same rows.
  */
 public final class AnchorwatchJsonFormatFactory implements DeserializationFormatFactory {
 
@@ -43,11 +49,28 @@ public final class AnchorwatchJsonFormatFactory implements DeserializationFormat
                             "Last STRING column: NULL for a decoded record, the record's text"
                                     + " for one that is not a JSON object.");
 
+    public static final ConfigOption<String> DECODER =
+            ConfigOptions.key("decoder")
+                    .stringType()
+                    .defaultValue("scanner")
+                    .withDescription(
+                            "'scanner': decode the declared top-level fields from the bytes and"
+                                    + " only check the rest, Flink's JSON decoder for records it"
+                                    + " cannot vouch for; 'jackson': Flink's JSON decoder only.");
+
     @Override
     public DecodingFormat<DeserializationSchema<RowData>> createDecodingFormat(
             DynamicTableFactory.Context context, ReadableConfig formatOptions) {
         FactoryUtil.validateFactoryOptions(this, formatOptions);
         final String payloadColumn = formatOptions.get(PAYLOAD_COLUMN);
+        final String decoderName = formatOptions.get(DECODER);
+        if (!decoderName.equals("scanner") && !decoderName.equals("jackson")) {
+            throw new ValidationException(
+                    String.format(
+                            "format '%s': decoder must be 'scanner' or 'jackson', not '%s'",
+                            IDENTIFIER, decoderName));
+        }
+        final boolean scan = decoderName.equals("scanner");
         return new DecodingFormat<>() {
             @Override
             public DeserializationSchema<RowData> createRuntimeDecoder(
@@ -55,9 +78,16 @@ public final class AnchorwatchJsonFormatFactory implements DeserializationFormat
                 RowType rowType = (RowType) physicalDataType.getLogicalType();
                 List<String> names = rowType.getFieldNames();
                 int payload = names.indexOf(payloadColumn);
+                TypeInformation<RowData> produced =
+                        sourceContext.createTypeInformation(physicalDataType);
                 if (payload < 0) {
                     // The query does not read the payload column: plain JSON decoding.
-                    return decoder(rowType);
+                    return new UnparsableAwareDeserializationSchema(
+                            decoder(rowType),
+                            scan ? TopLevelFieldScanner.forRowType(rowType) : null,
+                            names.size(),
+                            /* withPayload= */ false,
+                            produced);
                 }
                 if (payload != names.size() - 1
                         || !rowType.getTypeAt(payload)
@@ -71,10 +101,12 @@ public final class AnchorwatchJsonFormatFactory implements DeserializationFormat
                                     IDENTIFIER, payloadColumn));
                 }
                 RowType decoded = new RowType(rowType.getFields().subList(0, payload));
-                TypeInformation<RowData> produced =
-                        sourceContext.createTypeInformation(physicalDataType);
                 return new UnparsableAwareDeserializationSchema(
-                        decoder(decoded), payload, produced);
+                        decoder(decoded),
+                        scan ? TopLevelFieldScanner.forRowType(decoded) : null,
+                        payload,
+                        /* withPayload= */ true,
+                        produced);
             }
 
             @Override
@@ -105,6 +137,6 @@ public final class AnchorwatchJsonFormatFactory implements DeserializationFormat
 
     @Override
     public Set<ConfigOption<?>> optionalOptions() {
-        return Set.of(PAYLOAD_COLUMN);
+        return Set.of(PAYLOAD_COLUMN, DECODER);
     }
 }

@@ -12,29 +12,40 @@ import org.apache.flink.table.data.utils.JoinedRowData;
 import org.apache.flink.util.Collector;
 
 /**
- * Wraps a JSON decoder that skips what it cannot read: a decoded row gets a NULL payload
- * column appended; a record the decoder skipped becomes a row of NULLs with the record's
- * text (invalid UTF-8 replaced) as payload. Nothing read is lost.
+ * Decodes a record with the {@link TopLevelFieldScanner} when it can vouch for it and with
+ * Flink's JSON decoder otherwise (both give the same row; the scanner is the cheap path).
+ * With a payload column: a decoded row gets a NULL payload appended; a record the JSON
+ * decoder skipped becomes a row of NULLs with the record's text (invalid UTF-8 replaced) as
+ * payload. Nothing read is lost. Without one, a skipped record yields no row, as with
+ * Flink's JSON format.
  */
 final class UnparsableAwareDeserializationSchema implements DeserializationSchema<RowData> {
 
     private static final long serialVersionUID = 1L;
 
     private final DeserializationSchema<RowData> decoder;
+    private final TopLevelFieldScanner scanner;
     private final TypeInformation<RowData> producedType;
     private final int decodedArity;
+    private final boolean withPayload;
     private transient LastRow last;
 
     /**
      * @param decoder decodes the first {@code decodedArity} columns
-     * @param producedType all columns: the decoded ones, then the payload
+     * @param scanner the fast path for the same columns, or null to always use {@code decoder}
+     * @param withPayload whether a payload column follows the decoded ones
+     * @param producedType all columns: the decoded ones, then the payload if any
      */
     UnparsableAwareDeserializationSchema(
             DeserializationSchema<RowData> decoder,
+            TopLevelFieldScanner scanner,
             int decodedArity,
+            boolean withPayload,
             TypeInformation<RowData> producedType) {
         this.decoder = decoder;
+        this.scanner = scanner;
         this.decodedArity = decodedArity;
+        this.withPayload = withPayload;
         this.producedType = producedType;
     }
 
@@ -46,11 +57,21 @@ final class UnparsableAwareDeserializationSchema implements DeserializationSchem
 
     @Override
     public RowData deserialize(byte[] message) throws IOException {
+        if (scanner != null) {
+            // Sized for the payload column too, which stays NULL.
+            RowData row = scanner.decode(message, decodedArity + (withPayload ? 1 : 0));
+            if (row != null) {
+                return row;
+            }
+        }
         last.row = null;
         if (message != null) {
             decoder.deserialize(message, last);
         }
         RowData decoded = last.row;
+        if (!withPayload) {
+            return decoded;
+        }
         if (decoded != null) {
             return withPayload(decoded, null);
         }
@@ -60,8 +81,11 @@ final class UnparsableAwareDeserializationSchema implements DeserializationSchem
 
     @Override
     public void deserialize(byte[] message, Collector<RowData> out) throws IOException {
-        // Exactly one row per record, read or not.
-        out.collect(deserialize(message));
+        // With a payload column, exactly one row per record, read or not.
+        RowData row = deserialize(message);
+        if (row != null) {
+            out.collect(row);
+        }
     }
 
     private RowData withPayload(RowData decoded, StringData payload) {
