@@ -392,7 +392,9 @@ def test_log_lines_name_the_entry_the_outcome_and_the_error(
     world.add("slack", "a", "b")
     world.add("slack", "c", seqs=2)
     world.store.mark_done([world.store.due("slack", world.now_ms(), 10)[2].id], "sent", 1)
-    sender = OneByOne(answers={"a": [permanent("channel_not_found")], "c": [retryable("429", 7)]})
+    sender = OneByOne(
+        answers={"a": [permanent("channel_not_found")], "c": [retryable("429", 7.25)]}
+    )
     with caplog.at_level(logging.INFO, logger="anchorwatch.alerting.outbox"):
         world.drainer(sender).drain_once()
     assert extra(caplog.records, "notification failed for good") == {
@@ -413,7 +415,7 @@ def test_log_lines_name_the_entry_the_outcome_and_the_error(
     assert extra(caplog.records, "notification rescheduled") == {
         "integration": "slack",
         "entries": 1,
-        "retry_in_s": 7.0,
+        "retry_in_s": 7.25,
         "error": "remote post: 429",
     }
     assert sender.sent == [("a", 1), ("b", 1), ("c", 2)]
@@ -525,3 +527,61 @@ def test_an_idle_sender_thread_looks_once_a_second_not_in_a_loop(world: World) -
         thread.join(timeout=5)
     # Once at start, once for the wake, once a second (however slow the machine).
     assert 2 <= store.looks <= 2 + time.monotonic() - started
+
+
+def run_in_thread(drainer: Drainer) -> Callable[[], None]:
+    """The sender thread started; returns what stops it."""
+    stop = threading.Event()
+    thread = threading.Thread(target=drainer.run, args=(stop,))
+    thread.start()
+
+    def stopped() -> None:
+        stop.set()
+        drainer.interrupt()
+        thread.join(timeout=5)
+        assert not thread.is_alive()
+
+    return stopped
+
+
+def test_the_sender_thread_retries_as_soon_as_the_pause_ends(tmp_path: Path) -> None:
+    """A short pause (a Retry-After of 0.2 s) is waited out, not rounded up to the idle
+    look once a second."""
+    world = World(tmp_path, clock=ManualClock(time.time()))  # the entries' times, real
+    world.add("slack", "a")
+    sent_at: list[float] = []
+    sender = OneByOne(
+        answers={"a": [retryable("429", retry_after_s=0.2)]},
+        on_send=lambda: sent_at.append(time.monotonic()),
+    )
+    drainer = Drainer(sender, Store(tmp_path), RETRY, world.metrics, clock=time.time)
+    stop = run_in_thread(drainer)
+    try:
+        wait_for(lambda: len(sent_at) == 2)
+    finally:
+        stop()
+    assert 0.2 <= sent_at[1] - sent_at[0] < 0.7
+
+
+def test_work_whose_wake_was_lost_is_still_picked_up_within_a_second_or_so(
+    tmp_path: Path,
+) -> None:
+    """A wake can be lost (set just before the thread clears it); with the next entry due
+    only in a minute, the thread still looks at least once a second, so new work waits no
+    longer than that."""
+    world = World(tmp_path, clock=ManualClock(time.time()))
+    world.add("slack", "later")
+    (later,) = world.store.due("slack", world.now_ms(), 10)
+    world.store.reschedule([later.id], world.now_ms() + 60_000, "503")
+    sender = OneByOne()
+    drainer = Drainer(sender, Store(tmp_path), RETRY, world.metrics, clock=time.time)
+    stop = run_in_thread(drainer)
+    try:
+        time.sleep(0.3)  # the thread waits for the entry due in a minute now
+        world.clock.now = time.time()
+        world.add("slack", "new")  # no wake
+        added = time.monotonic()
+        wait_for(lambda: sender.sent == [("new", 1)], timeout_s=3)
+        assert time.monotonic() - added < 1.6
+    finally:
+        stop()
