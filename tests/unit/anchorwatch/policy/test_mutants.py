@@ -112,6 +112,32 @@ def test_a_baseline_without_a_margin_is_never_adapted() -> None:
     assert kinds(0.30) == ["opened"]
 
 
+def test_adapting_clears_that_types_pooled_evidence_and_no_other_types() -> None:
+    """Evidence banked against the old level means nothing once the level is accepted:
+    the adapting type's CUSUM starts again from zero; another type's banked evidence stays."""
+    t = IncidentTracker(
+        PolicyConfig(rules=(RuleConfig(name="drift", adapt_after=20),)),
+        {"nda": baseline(), "sparse": baseline("sparse")},
+    )
+    for i in range(3):  # small windows a little high: evidence, no breach yet
+        assert t.observe(win(i, 0.33, n=4, doc_type="sparse")) == []
+
+    def cusum(doc_type: str) -> float:
+        (state,) = [s for s in t.export_state()["states"] if s["doc_type"] == doc_type]
+        return float(state["cusum"])
+
+    banked = cusum("sparse")
+    assert banked > 0
+    kinds: list[str] = []
+    for i in range(60):
+        kinds += [c.kind for c in t.observe(win(i, 0.40))]
+        if "resolved" in kinds:  # the shift, adapted
+            break
+    assert kinds == ["opened", "resolved"]
+    assert cusum("nda") == 0.0
+    assert cusum("sparse") == banked
+
+
 def test_a_restart_keeps_the_state_of_rules_still_in_the_policy() -> None:
     """A rule dropped from the policy (same version) is forgotten on restart; the others
     carry on, whatever order the saved state lists them in."""
