@@ -77,11 +77,20 @@ def test_kafka_down_then_back_loses_nothing_answered_2xx(private_stack: Stack) -
                     await outage_done.wait()  # the last batches go to a broker that is back
 
         async def outage(http: aiohttp.ClientSession) -> None:
-            await asyncio.sleep(0.5)
+            async def ready_status() -> int:
+                async with http.get(f"{url}/readyz") as r:
+                    return r.status
+
+            await asyncio.sleep(0.5)  # some batches accepted first
             await loop.run_in_executor(None, stack.kafka.stop)
-            await asyncio.sleep(2)
-            async with http.get(f"{url}/readyz") as r:
-                readiness.append(r.status)
+            # Kafka stays away until the service has noticed: its readiness and a request.
+            deadline = loop.time() + 60
+            while (status := await ready_status()) != 503 or not saw_503:
+                assert loop.time() < deadline, (
+                    f"after 60 s without Kafka: /readyz {status}, 503 answers {len(saw_503)}"
+                )
+                await asyncio.sleep(0.1)
+            readiness.append(status)
             await loop.run_in_executor(None, stack.up)
             outage_done.set()
 
