@@ -4,6 +4,7 @@ job over the same topic, in one run on this machine.
     .venv/bin/python bench/job.py --events 3000000 --rounds 3
     .venv/bin/python bench/job.py --events 2000000 --rounds 1 --event-rate 20   # replaying history
     .venv/bin/python bench/job.py --events 3000000 --rounds 3 --dedup both      # dedup's cost
+    .venv/bin/python bench/job.py --events 1500000 --rounds 3 --jackson         # the scanner's gain
 
 1. Starts a private Kafka (free ports, temporary directory) and loads N realistic snapshot
    events (from the traffic generator, replayed with fresh ids and new event times).
@@ -20,11 +21,15 @@ job over the same topic, in one run on this machine.
    CPU spent reading and parsing: the cost of the job's logic, immune to machine load.
    `--rounds` alternates the jobs; medians and ratios are printed. `--dedup both` also
    runs the drift job without its event_id deduplication in the same rounds, and prints
-   what deduplicating costs.
+   what deduplicating costs. `--jackson` also runs read-parse-discard with the format's
+   `decoder` 'jackson' (Flink's JSON decoder for every record, the format before its byte
+   scanner) in the same rounds.
 3. Latency: runs the drift job unbounded, and each second sends one event that moves the
    watermark past a window end; reports the time from that send until the window's verdict
    is readable on the verdicts topic (p50 / p99 / max).
-4. Memory: peak RSS of the mini-cluster JVM (it is the TaskManager here) during each run.
+4. Memory: peak RSS of the mini-cluster JVM (it is the TaskManager here) during each run,
+   its heap, direct memory and metaspace bounded by the job settings local_heap_mb,
+   local_direct_mb and local_metaspace_mb (as `job run` does).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from anchorwatch import slice as flow
 from anchorwatch.generator import TrafficConfig, generate
-from anchorwatch.jobs import drift_job
+from anchorwatch.jobs import cluster, drift_job
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config
 from anchorwatch.stack.stack import private_kafka
@@ -79,7 +84,7 @@ def load_events(settings: JobSettings, n: int, event_rate: int, seed: int = 5) -
     return n / (time.perf_counter() - started)
 
 
-def run_discard(settings: JobSettings, jar: Path) -> float:
+def run_discard(settings: JobSettings, jar: Path, decoder: str = "scanner") -> float:
     _, t_env = drift_job.create_environment(settings, jar)
     drift_job.declare_tables(t_env, settings, bounded=True)
     t_env.execute_sql(
@@ -92,9 +97,14 @@ def run_discard(settings: JobSettings, jar: Path) -> float:
         "+ CHAR_LENGTH(event_id) + CHAR_LENGTH(doc_type) + CHAR_LENGTH(snapshot_status), "
         "mean_drift + max_drift + max_kl_divergence"
     )
-    query = f"INSERT INTO sink SELECT {columns} FROM {drift_job.SNAPSHOTS}"  # noqa: S608
+    hint = f"/*+ OPTIONS('anchorwatch-json.decoder'='{decoder}') */"
+    query = f"INSERT INTO sink SELECT {columns} FROM {drift_job.SNAPSHOTS} {hint}"  # noqa: S608
     t_env.execute_sql(query).wait()
     return time.perf_counter() - started
+
+
+def run_discard_jackson(settings: JobSettings, jar: Path) -> float:
+    return run_discard(settings, jar, decoder="jackson")
 
 
 def run_drift(settings: JobSettings, jar: Path) -> float:
@@ -296,6 +306,12 @@ def main() -> None:
         help="the drift job with its event_id deduplication (as deployed), without, or both "
         "side by side in the same rounds",
     )
+    parser.add_argument(
+        "--jackson",
+        action="store_true",
+        help="also run read-parse-discard with Flink's JSON decoder for every record "
+        "(format option decoder = 'jackson') in the same rounds",
+    )
     args = parser.parse_args()
     with private_kafka(heap="1g") as bootstrap, tempfile.TemporaryDirectory() as tmp:
         args.workdir = tmp
@@ -305,6 +321,8 @@ def main() -> None:
 def bench(bootstrap: str, args: Any) -> None:
     base = JobSettings.load(kafka={"bootstrap_servers": bootstrap},
                             job={"parallelism": args.parallelism})  # fmt: skip
+    # Before the first Flink call: PyFlink starts the mini-cluster's JVM with these.
+    print(f"mini-cluster JVM: {' '.join(cluster.bound_local_memory(base.job))}", flush=True)
     jar = flow.fetch_artifacts(base).flink_jobs_jar()
 
     def topics_with(n: int) -> JobSettings:
@@ -320,6 +338,8 @@ def bench(bootstrap: str, args: Any) -> None:
     workdir = Path(args.workdir)
     n = args.events - 1_000
     jobs: list[tuple[str, Any]] = [("read-parse-discard", run_discard)]
+    if args.jackson:
+        jobs.append(("read-parse-discard, jackson", run_discard_jackson))
     if args.dedup in ("on", "both"):
         jobs.append(("drift job", run_drift))
     if args.dedup in ("off", "both"):
@@ -327,6 +347,7 @@ def bench(bootstrap: str, args: Any) -> None:
     rates: dict[str, list[float]] = {name: [] for name, _ in jobs}
     cpus: dict[str, list[float]] = {name: [] for name, _ in jobs}
     shares: dict[str, list[float]] = {name: [] for name, _ in jobs}
+    peaks: list[float] = []
     for round_no in range(1, args.rounds + 1):
         # Alternating the jobs within each round pairs them under the same machine load.
         for name, fn in jobs:
@@ -340,8 +361,9 @@ def bench(bootstrap: str, args: Any) -> None:
             rates[name].append(events_per_s)
             cpus[name].append(cpu_us)
             shares[name].append(share)
+            peaks.append(watch.peak_rss / 2**20)
             print(
-                f"round {round_no} {name:<19} wall {wall:6.1f}s fixed {fixed:5.1f}s "
+                f"round {round_no} {name:<27} wall {wall:6.1f}s fixed {fixed:5.1f}s "
                 f"{events_per_s:>10,.0f} events/s  {cpu_us:5.1f} CPU-µs/event  "
                 f"logic/read+parse {split['logic']}/{split['read+parse']} samples = {share:.0%}  "
                 f"JVM peak RSS {watch.peak_rss / 2**20:,.0f} MiB  "
@@ -359,6 +381,8 @@ def bench(bootstrap: str, args: Any) -> None:
               f"CPU samples: its logic costs {sh:.0%} on top of reading and parsing "
               f"(read-parse-discard's sink and projection: {med_share[ref]:.0%})",
               flush=True)  # fmt: skip
+    print(f"JVM peak RSS per run, in order (MiB): {', '.join(f'{p:,.0f}' for p in peaks)}; "
+          f"max {max(peaks):,.0f}", flush=True)  # fmt: skip
     if args.dedup == "both":
         on, off = med_rate["drift job"], med_rate["drift job, no dedup"]
         extra = med_cpu["drift job"] - med_cpu["drift job, no dedup"]

@@ -25,6 +25,7 @@ from typing import Any
 
 import anchorwatch
 from anchorwatch.errors import AnchorwatchError
+from anchorwatch.jobs.settings import JobOptions
 from anchorwatch.stack.flink import flink_home
 
 
@@ -177,3 +178,23 @@ def submit(
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-40:])
         raise FlinkClusterError(f"flink run failed (exit {result.returncode}):\n{tail}")
     return found.group(1)
+
+
+class LocalMemoryError(AnchorwatchError):
+    """The embedded mini-cluster already runs, so its memory can no longer be bounded."""
+
+
+def bound_local_memory(options: JobOptions) -> list[str]:
+    """Bound the memory of the embedded mini-cluster this process is about to start (`job
+    run`, the benchmark): PyFlink starts its JVM once per process, with the options in
+    JVM_ARGS, at the first Flink call. Returns the options set."""
+    from pyflink import java_gateway
+
+    args = options.local_jvm_args()
+    # PyFlink keeps no public flag for a started gateway.
+    if java_gateway._gateway is not None:
+        if os.environ.get("JVM_ARGS", "").split() == args:
+            return args
+        raise LocalMemoryError("the mini-cluster's JVM already runs with other memory options")
+    os.environ["JVM_ARGS"] = " ".join(args)
+    return args

@@ -58,10 +58,42 @@ class JobOptions(Section):
     quality_mean_kl_divergence: float = Field(
         1.0, ge=0, description="Diagnose a kl_divergence spike above this window mean."
     )
+    local_heap_mb: int = Field(
+        2048,
+        ge=256,
+        le=262_144,
+        description="Java heap (-Xmx) of the embedded mini-cluster `job run` and the benchmark "
+        "start: its operators' state (the deduplication's event ids above all) lives here.",
+    )
+    local_direct_mb: int = Field(
+        512,
+        ge=128,
+        le=65_536,
+        description="Direct memory (-XX:MaxDirectMemorySize) of the embedded mini-cluster: "
+        "network buffers and the Kafka clients' fetch buffers.",
+    )
+    local_metaspace_mb: int = Field(
+        384,
+        ge=128,
+        le=8_192,
+        description="Metaspace (-XX:MaxMetaspaceSize) of the embedded mini-cluster: classes "
+        "of the planner and of every job run in the process.",
+    )
     python_executable: Path | None = Field(
         None,
         description="Python the Flink workers run the per-window code with; unset: this one.",
     )
+
+    def local_jvm_args(self) -> list[str]:
+        """JVM options that bound the embedded mini-cluster's memory (heap, direct memory,
+        metaspace); without them the JVM sizes its heap from the machine's RAM and keeps
+        what it grew to."""
+        return [
+            f"-Xmx{self.local_heap_mb}m",
+            f"-Xms{min(self.local_heap_mb, 512)}m",
+            f"-XX:MaxDirectMemorySize={self.local_direct_mb}m",
+            f"-XX:MaxMetaspaceSize={self.local_metaspace_mb}m",
+        ]
 
     def dedup_retention(self) -> float:
         """Seconds an event_id is remembered: long enough for a duplicate that could still

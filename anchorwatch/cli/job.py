@@ -40,15 +40,16 @@ _job_options = options(
 def job_run(ctx: click.Context, /, bounded: bool, savepoint: str | None, **opts: Any) -> None:
     """Run the drift job on the local embedded Flink mini-cluster (until cancelled, or to
     the current end of the topics with --bounded)."""
-    from anchorwatch.jobs import drift_job
+    from anchorwatch.jobs import cluster, drift_job
     from anchorwatch.jobs.settings import JobSettings
     from anchorwatch.stack.jvm import fetch
 
     settings = load_settings(ctx, JobSettings, job=opts)
     artifacts, _ = fetch(settings.jvm.cache_dir)
+    jvm = cluster.bound_local_memory(settings.job)
     click.echo(
-        f"drift job on the local mini-cluster: {settings.topics.snapshots} -> "
-        f"{settings.topics.verdicts}" + (" (bounded)" if bounded else ""),
+        f"drift job on the local mini-cluster ({' '.join(jvm)}): {settings.topics.snapshots} "
+        f"-> {settings.topics.verdicts}" + (" (bounded)" if bounded else ""),
         err=True,
     )
     drift_job.run(settings, artifacts.flink_jobs_jar(), bounded=bounded, savepoint=savepoint).wait()
