@@ -264,6 +264,29 @@ def test_a_verdict_names_the_baseline_it_was_judged_against() -> None:
     assert fallback.baseline_version is None
 
 
+def test_an_hour_that_runs_hot_keeps_its_thresholds_probabilities() -> None:
+    """An hourly profile moves the thresholds with the hour's center, the margins kept,
+    but never past 1.0: a drift score cannot exceed it, and the verdict's figures are
+    probabilities the contract checks."""
+    hourly = [0.30] * 24
+    hourly[0] = 0.97  # T0 is 00:00Z: 0.35 + 0.67 would be 1.02
+    b = baseline(hourly_center=hourly)
+    window = win(0, 0.99)
+    judgement = judge_window(window, b)
+    assert (judgement.threshold, judgement.critical_threshold) == (1.0, 1.0)
+    verdict = verdict_for(window, judgement, "job-7")
+    assert (verdict.threshold, verdict.breach_level) == (1.0, "none")
+
+
+def test_the_static_rule_says_why_it_applies() -> None:
+    def why(b: Baseline | None) -> list[str]:
+        return [r.message for r in judge_window(win(0, 0.5), b).reasons if r.code == "static_rule"]
+
+    assert why(None) == ["no baseline yet: static rule applies"]
+    thin = baseline(status="insufficient_history")
+    assert why(thin) == ["baseline has too little history: static rule applies"]
+
+
 def test_a_second_adaptation_moves_the_history_on_again() -> None:
     """Each accepted shift starts the type's history anew; a later shift moves it on."""
     h = RefitHistory(RefitSchedule(interval_ms=MIN, history_ms=1440 * MIN, min_new_windows=1))
