@@ -169,6 +169,7 @@ def test_a_batch_finishes_each_entry_by_its_own_result(world: World) -> None:
     assert sender.batches == [["ok", "later", "never"]]
     rows = world.rows()
     assert (rows["ok", 1]["status"], rows["ok", 1]["outcome"]) == ("done", "sent")
+    assert rows["ok", 1]["finished_ms"] == world.now_ms()
     assert rows["later", 1]["status"] == "attempting"
     assert rows["later", 1]["next_attempt_ms"] == world.now_ms() + 30_000
     assert rows["later", 1]["error"] == "remote post: 503"
@@ -220,6 +221,10 @@ def test_one_failure_pauses_the_round_and_the_backoff_starts_again_after_a_succe
     assert sorted(sender.sent[2:]) == [("a", 1), ("b", 1), ("c", 1)]
     # The second try of "a" reconciled first (it may have landed), found nothing, sent.
     assert sender.reconciled == ["a", "a"]
+    a = world.rows()["a", 1]
+    # Three attempts; the first one's time is kept, the finish is the last one's.
+    assert (a["attempts"], a["first_attempt_ms"]) == (3, int(START_S * 1000))
+    assert a["finished_ms"] == world.now_ms() == int(START_S * 1000) + 3_000
     world.add("slack", "d")
     sender.answers["d"] = [retryable()]
     assert drainer.drain_once() == 1.0
