@@ -1,0 +1,41 @@
+"""The anchorwatch-json decoders on their own (no Kafka, no job): CPU per record of the
+byte scanner and of Flink's JSON decoder over generated snapshots, and a differential fuzz
+of the two. Compiles FormatBench.java against PyFlink's jars and the jobs' jar.
+
+    .venv/bin/python jobs/jvm/bench/run.py bench 8          # rounds of CPU per record
+    .venv/bin/python jobs/jvm/bench/run.py fuzz 1 300000    # seed, mutated records
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pyflink
+
+from anchorwatch.generator import TrafficConfig, generate
+from anchorwatch.jobs.settings import JobSettings
+from anchorwatch.stack.jvm import fetch
+
+
+def main() -> None:
+    jar = fetch(JobSettings.load().jvm.cache_dir)[0].flink_jobs_jar()
+    lib = Path(pyflink.__file__).parent / "lib"
+    classpath = f"{lib}/*:{jar}"
+    traffic = generate(TrafficConfig(seed=5, minutes=3, doc_types=16, rate_scale=1.0))
+    with tempfile.TemporaryDirectory(prefix="aw-format-bench-") as tmp:
+        corpus = Path(tmp) / "corpus.b64"
+        records = (r.raw for r in traffic.records() if r.event is not None)
+        corpus.write_text("".join(base64.b64encode(r).decode() + "\n" for r in records))
+        source = Path(__file__).with_name("FormatBench.java")
+        subprocess.run(["javac", "-nowarn", "-d", tmp, "-cp", classpath, str(source)], check=True)
+        main_class = "dev.anchorwatch.flink.FormatBench"
+        cmd = ["java", "-cp", f"{tmp}:{classpath}", main_class, str(corpus), *sys.argv[1:]]
+        sys.exit(subprocess.run(cmd, check=False).returncode)
+
+
+if __name__ == "__main__":
+    main()
