@@ -483,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=7)
     p.add_argument("--seed", type=int, default=17)
     p.add_argument("--from", dest="first", type=int, default=0, help="first trial index")
+    p.add_argument("--indices", default="", help="only these trial indices (e.g. 3,5)")
     p.add_argument("--only", default="", help=f"fault kinds, comma-separated: {','.join(FAULTS)}")
     p.add_argument("--state-dir", type=Path, default=None, help="the cluster's state directory")
     p.add_argument("--work-dir", type=Path, default=None, help="where runs keep their logs")
@@ -500,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown fault kinds {sorted(unknown)}; known: {FAULTS}")
     specs = plan_trials(a.first + a.trials, a.seed, only=only)[a.first :]
+    if a.indices:
+        wanted = {int(i) for i in a.indices.split(",")}
+        specs = [s for s in plan_trials(max(wanted) + 1, a.seed, only=only) if s.index in wanted]
     work = a.work_dir or Path(tempfile.mkdtemp(prefix="anchorwatch-fault-runs-"))
     print(f"faults: {len(specs)} trials, seed {a.seed}; run logs under {work}", flush=True)
     t = time.monotonic()
