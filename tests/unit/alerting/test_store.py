@@ -298,3 +298,12 @@ def test_an_entry_names_itself_in_log_lines(store: Store) -> None:
         "incident_id": "i1",
         "seq": 4,
     }
+
+
+def test_a_corrupt_state_file_is_named_with_sqlites_reason(tmp_path: Path) -> None:
+    (tmp_path / "alerting.sqlite3").write_bytes(b"not a database, " * 512)
+    with pytest.raises(StoreError) as raised:
+        Store(tmp_path)
+    assert str(raised.value) == (
+        f"alerting state {tmp_path / 'alerting.sqlite3'}: file is not a database"
+    )
