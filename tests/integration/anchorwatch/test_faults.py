@@ -3,7 +3,9 @@ of three Kafka nodes and two TaskManagers, one fault each (the leader broker kil
 job's TaskManager killed -9), counted against the ground truth: nothing acknowledged lost,
 nothing doubled, every window exact, one Slack thread and one Jira ticket per incident.
 
-Starts a cluster of its own (the session stack has one broker); about 4 minutes on 2 cores.
+Starts a cluster of its own (the session stack has one broker). On the 2-core machine
+loaded by other work it took over 10 minutes; alone, expect a cluster start and two demo
+runs (about 100 s each).
 The long campaign, every fault kind: `.venv/bin/python bench/faults.py --trials 14`.
 """
 
@@ -19,6 +21,8 @@ from bench.faults import campaign, campaign_stack, final_line
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
+# Beyond the suite's 600 s: on a machine loaded by other work a trial takes 3.5-5.5 minutes.
+@pytest.mark.timeout(1800)
 def test_two_fault_trials_lose_double_and_repeat_nothing(tmp_path: Path) -> None:
     specs = plan_trials(2, seed=17, only=("broker-kill", "taskmanager-kill"))
     assert {s.fault for s in specs} == {"broker-kill", "taskmanager-kill"}
