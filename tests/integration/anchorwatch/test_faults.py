@@ -1,11 +1,11 @@
-"""The fault campaign (bench/faults.py), short: two trials of the whole pipeline on a cluster
-of three Kafka nodes and two TaskManagers, one fault each (the leader broker killed -9, the
-job's TaskManager killed -9), counted against the ground truth: nothing acknowledged lost,
-nothing doubled, every window exact, one Slack thread and one Jira ticket per incident.
+"""The fault campaign (bench/faults.py), short: one trial of the whole pipeline on a cluster
+of three Kafka nodes and two TaskManagers, the leader broker killed -9 (a killed TaskManager
+has its own test: tests/integration/anchorwatch/stack/test_cluster.py), counted against the
+ground truth: nothing acknowledged lost, nothing doubled, every window exact, one Slack
+thread and one Jira ticket per incident.
 
 Starts a cluster of its own (the session stack has one broker). On the 2-core machine
-loaded by other work it took over 10 minutes; alone, expect a cluster start and two demo
-runs (about 100 s each).
+loaded by other work two trials took over 10 minutes; one trial fits CI's budget.
 The long campaign, every fault kind: `.venv/bin/python bench/faults.py --trials 14`.
 """
 
@@ -23,16 +23,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # Beyond the suite's 600 s: on a machine loaded by other work a trial takes 3.5-5.5 minutes.
 @pytest.mark.timeout(1800)
-def test_two_fault_trials_lose_double_and_repeat_nothing(tmp_path: Path) -> None:
-    specs = plan_trials(2, seed=17, only=("broker-kill", "taskmanager-kill"))
-    assert {s.fault for s in specs} == {"broker-kill", "taskmanager-kill"}
+def test_a_fault_trial_loses_doubles_and_repeats_nothing(tmp_path: Path) -> None:
+    specs = plan_trials(1, seed=17, only=("broker-kill",))
+    assert [s.fault for s in specs] == ["broker-kill"]
     lines: list[str] = []
     with campaign_stack(tmp_path / "stack") as stack:
         results = campaign(stack, specs, tmp_path / "runs", lines.append, CI_OPTIONS)
     log = "\n".join(lines)
     print(f"\n{log}\n{final_line(results)}")
     assert final_line(results) == (
-        "faults: 2 trials, lost 0, doubled 0, wrong windows 0, duplicate notifications 0"
+        "faults: 1 trials, lost 0, doubled 0, wrong windows 0, duplicate notifications 0"
     ), log
     for r in results:
         assert r.problems == [], log

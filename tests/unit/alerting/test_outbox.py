@@ -31,7 +31,7 @@ from anchorwatch.alerting.notify import (
 from anchorwatch.alerting.outbox import Drainer, TokenBucket
 from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.store import BatchWrite, OutboxEntry, Store
-from tests.unit.alerting.test_store import entry, row
+from tests.support.alerting_store import entry, row
 
 START_S = 1_000.0
 #: No jitter: the backoff is exactly 1, 2, 4 ... s, or the server's Retry-After.

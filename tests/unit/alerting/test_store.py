@@ -13,43 +13,10 @@ import pytest
 from anchorwatch.alerting.store import (
     BatchWrite,
     DocTypeRow,
-    IncidentRow,
-    NewEntry,
     Store,
     StoreError,
 )
-
-
-def row(incident_id: str = "i1", state: str = "open", **changes: Any) -> IncidentRow:
-    values: dict[str, Any] = {
-        "incident_id": incident_id,
-        "doc_type": "invoice",
-        "rule": "drift",
-        "state": state,
-        "severity": "warning",
-        "opened_at_ms": 1_000,
-        "resolved_at_ms": None,
-        "record": {"incident_id": incident_id, "peak_mean_drift": 0.9},
-        "next_seq": 2,
-        "last_update_window_ms": 0,
-        "updated_ms": 1_000,
-    }
-    values.update(changes)
-    return IncidentRow(**values)
-
-
-def entry(incident_id: str, seq: int, integration: str = "slack", **changes: Any) -> NewEntry:
-    values: dict[str, Any] = {
-        "incident_id": incident_id,
-        "seq": seq,
-        "integration": integration,
-        "action": "open" if seq == 1 else "update",
-        "kind": "opened" if seq == 1 else "updated",
-        "payload": {"n": seq},
-        "consumed_ms": 500,
-    }
-    values.update(changes)
-    return NewEntry(**values)
+from tests.support.alerting_store import entry, row
 
 
 @pytest.fixture

@@ -17,11 +17,6 @@ KNOWN = {
         "tests/unit/anchorwatch/policy/test_static_rule.py",
         "tests.unit.anchorwatch.policy.test_window",
     ),
-    ("tests/unit/alerting/test_outbox.py", "tests.unit.alerting.test_store"),
-    (
-        "tests/unit/anchorwatch/contracts/test_contract_mutants.py",
-        "tests.unit.anchorwatch.contracts.test_contracts",
-    ),
 }
 
 

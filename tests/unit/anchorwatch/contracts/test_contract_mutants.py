@@ -27,7 +27,7 @@ from anchorwatch.contracts import (
     verdict_id,
 )
 from anchorwatch.contracts.models import doc_type_text
-from tests.unit.anchorwatch.contracts.test_contracts import sample_records
+from tests.support.contracts import sample_records
 
 
 def _records() -> dict[str, BaseModel]:
