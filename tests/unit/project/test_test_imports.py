@@ -10,15 +10,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 
-#: Imports in files other people are changing right now, to move to tests/support/ with
-#: them; nothing may be added here.
-KNOWN = {
-    (
-        "tests/unit/anchorwatch/policy/test_static_rule.py",
-        "tests.unit.anchorwatch.policy.test_window",
-    ),
-}
-
 
 def _module_of(path: Path) -> str:
     return ".".join(path.relative_to(ROOT).with_suffix("").parts)
@@ -68,7 +59,7 @@ def test_no_module_under_tests_or_bench_imports_a_test_module() -> None:
         for module in imported_modules(path)
         if is_test_module(module)
     )
-    new = [pair for pair in offending if pair not in KNOWN]
+    new = offending
     assert new == [], "move these helpers to tests/support/ (named for what they hold):\n" + (
         "\n".join(f"{path} imports {module}" for path, module in new)
     )

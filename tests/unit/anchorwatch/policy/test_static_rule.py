@@ -6,7 +6,7 @@ from __future__ import annotations
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.static_rule import BreachLevels
 from anchorwatch.policy.window import StaticRule, judge_window, verdict_for
-from tests.unit.anchorwatch.policy.test_window import window
+from tests.support.policy import window
 
 POLICY = PolicyConfig.from_mapping(
     {

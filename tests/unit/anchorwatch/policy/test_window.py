@@ -1,10 +1,8 @@
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from anchorwatch.contracts import Baseline, WindowAggregate
+from anchorwatch.contracts import Baseline
 from anchorwatch.policy.window import (
     FLAT_RUN,
     FlatLine,
@@ -12,19 +10,7 @@ from anchorwatch.policy.window import (
     StaticRule,
     judge_window,
 )
-
-T0 = 1_764_403_200_000
-
-
-def window(mean: float, n: int, **kw: Any) -> WindowAggregate:
-    return WindowAggregate(
-        doc_type="nda",
-        window_start_ms=T0,
-        window_end_ms=T0 + 60_000,
-        request_count=n,
-        mean_drift=mean,
-        **kw,
-    )
+from tests.support.policy import T0, window
 
 
 def baseline(status: str = "fitted") -> Baseline:
