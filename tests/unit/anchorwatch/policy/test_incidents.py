@@ -20,31 +20,11 @@ from anchorwatch.policy.incidents import (
     final_incidents,
     incident_id,
 )
+from tests.support.policy import baseline
 
 T0 = 1_764_403_200_000
 MIN = 60_000
 CLEAN, WARN, CRIT = 0.30, 0.37, 0.50
-
-
-def baseline(doc_type: str = "nda", **kw: Any) -> Baseline:
-    fields: dict[str, Any] = {
-        "doc_type": doc_type,
-        "version": "b-test",
-        "status": "fitted",
-        "fitted_at_ms": T0,
-        "history_start_ms": T0 - 86_400_000,
-        "history_end_ms": T0,
-        "window_count": 1440,
-        "center": 0.30,
-        "spread": 0.01,
-        "p95": 0.32,
-        "p99": 0.33,
-        "typical_request_count": 40.0,
-        "threshold": 0.35,
-        "critical_threshold": 0.45,
-        "min_requests": 10,
-    }
-    return Baseline(**{**fields, **kw})
 
 
 def win(minute: int, mean: float, n: int = 40, doc_type: str = "nda") -> WindowAggregate:

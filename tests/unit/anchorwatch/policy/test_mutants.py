@@ -25,9 +25,14 @@ from anchorwatch.policy.fitting import (
 from anchorwatch.policy.incidents import IncidentChange, IncidentTracker, drift_event
 from anchorwatch.policy.refit import RefitHistory, RefitSchedule
 from anchorwatch.policy.window import judge_window, spread_at, verdict_for
+from tests.support.policy import baseline as fitted_baseline
 
 T0 = 1_764_374_400_000  # 2025-11-29T00:00Z
 MIN = 60_000
+
+
+def baseline(doc_type: str = "nda", **kw: Any) -> Baseline:
+    return fitted_baseline(doc_type, t0=T0, **kw)
 
 
 def win(i: int, mean: float, n: int = 40, doc_type: str = "nda") -> WindowAggregate:
@@ -38,27 +43,6 @@ def win(i: int, mean: float, n: int = 40, doc_type: str = "nda") -> WindowAggreg
         request_count=n,
         mean_drift=min(1.0, max(0.0, mean)),
     )
-
-
-def baseline(doc_type: str = "nda", **kw: Any) -> Baseline:
-    fields: dict[str, Any] = {
-        "doc_type": doc_type,
-        "version": "b-test",
-        "status": "fitted",
-        "fitted_at_ms": T0,
-        "history_start_ms": T0 - 86_400_000,
-        "history_end_ms": T0,
-        "window_count": 1440,
-        "center": 0.30,
-        "spread": 0.01,
-        "p95": 0.32,
-        "p99": 0.33,
-        "typical_request_count": 40.0,
-        "threshold": 0.35,
-        "critical_threshold": 0.45,
-        "min_requests": 10,
-    }
-    return Baseline(**{**fields, **kw})
 
 
 # --------------------------------------------------------------------- pooled evidence
