@@ -318,12 +318,13 @@ class Store:
                     "INSERT OR IGNORE INTO recent_verdicts (verdict_id) VALUES (?)",
                     [(v,) for v in batch.verdict_ids],
                 )
-                # rowids grow with each insert: keep the newest ``keep_verdict_ids``.
-                db.execute(
-                    "DELETE FROM recent_verdicts WHERE rowid <= "
-                    "(SELECT MAX(rowid) FROM recent_verdicts) - ?",
-                    (keep_verdict_ids,),
-                )
+            # rowids grow with each insert: keep the newest ``keep_verdict_ids``; with 0 the
+            # memory is off, and ids an earlier, larger setting kept are forgotten too.
+            db.execute(
+                "DELETE FROM recent_verdicts WHERE rowid <= "
+                "(SELECT MAX(rowid) FROM recent_verdicts) - ?",
+                (keep_verdict_ids,),
+            )
             db.executemany(
                 "INSERT INTO incidents (incident_id, doc_type, rule, state, severity, "
                 "opened_at_ms, resolved_at_ms, record, next_seq, last_update_window_ms, "

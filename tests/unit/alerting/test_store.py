@@ -77,6 +77,13 @@ def test_recent_verdict_ids_are_bounded(store: Store) -> None:
     }
 
 
+def test_a_setting_of_zero_forgets_the_ids_an_earlier_setting_kept(store: Store) -> None:
+    store.commit_batch(batch(verdict_ids=["v1", "v2"]), keep_verdict_ids=10)
+    assert store.seen_verdicts(["v1", "v2"]) == {"v1", "v2"}
+    store.commit_batch(batch(verdict_ids=["v3"]), keep_verdict_ids=0)
+    assert store.seen_verdicts(["v1", "v2", "v3"]) == set()
+
+
 def test_due_takes_only_the_lowest_unfinished_seq_of_each_incident(store: Store) -> None:
     store.commit_batch(
         batch(

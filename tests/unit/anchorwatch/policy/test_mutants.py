@@ -312,3 +312,30 @@ def test_the_refit_queue_takes_at_most_its_limit_longest_unfitted_first() -> Non
     assert never == ["a", "c", "b"]  # never fitted, then oldest fit first
     assert [f.doc_type for f in h.due(now, lambda d: None, limit=2)] == ["a", "c"]
     assert [f.doc_type for f in h.due(now, lambda d: None, limit=0)] == []
+
+
+def alternating_wander(amplitude: float, days: int = 7) -> list[WindowAggregate]:
+    """The sine wander under noise that alternates +-NOISE: an hour (an even number of
+    windows) of that noise sums to 0, so the hour sums vary by the sine alone and the
+    measured ratio is known exactly, with no sampling luck."""
+    return [
+        win(i, 0.40 + amplitude * math.sin(2 * math.pi * i / PERIOD) + NOISE * (-1) ** (i + 1))
+        for i in range(days * 1440)
+    ]
+
+
+def alternating_ratio(amplitude: float) -> float:
+    level = amplitude**2 / 2
+    gain = (math.sin(math.pi * BLOCK_WINDOWS / PERIOD) / math.sin(math.pi / PERIOD)) ** 2
+    return level * gain / (BLOCK_WINDOWS * (NOISE**2 + level))
+
+
+def test_a_measured_ratio_counts_from_twice_its_sampling_error_above_the_lag1_one() -> None:
+    """On a week the measure's relative sampling error is sqrt(8 x 60 / (3 x 10080)) =
+    0.126: a measured ratio counts from 1.252 (twice that above the lag-1 figure, 1 here).
+    A wander measured at 1.23 stays at 1; one measured at 1.35 is taken as measured."""
+    error = math.sqrt(8 * BLOCK_WINDOWS / (3 * 7 * 1440))
+    below, above = alternating_ratio(0.0021), alternating_ratio(0.0022)
+    assert below < 1 + 2 * error < above < 1 + 3 * error
+    assert long_run_ratio(alternating_wander(0.0021), 0.40) == 1.0
+    assert long_run_ratio(alternating_wander(0.0022), 0.40) == pytest.approx(above, rel=0.02)
