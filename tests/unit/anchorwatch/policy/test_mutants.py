@@ -17,6 +17,7 @@ from anchorwatch.policy.config import PolicyConfig, RuleConfig
 from anchorwatch.policy.fitting import (
     BLOCK_WINDOWS,
     EXTREME_SPACINGS,
+    MEASURED_MIN_BLOCKS,
     TAIL_WINDOWS,
     autocorrelation,
     fit_baseline,
@@ -314,13 +315,13 @@ def test_the_refit_queue_takes_at_most_its_limit_longest_unfitted_first() -> Non
     assert [f.doc_type for f in h.due(now, lambda d: None, limit=0)] == []
 
 
-def alternating_wander(amplitude: float, days: int = 7) -> list[WindowAggregate]:
+def alternating_wander(amplitude: float, days: float = 7) -> list[WindowAggregate]:
     """The sine wander under noise that alternates +-NOISE: an hour (an even number of
     windows) of that noise sums to 0, so the hour sums vary by the sine alone and the
     measured ratio is known exactly, with no sampling luck."""
     return [
         win(i, 0.40 + amplitude * math.sin(2 * math.pi * i / PERIOD) + NOISE * (-1) ** (i + 1))
-        for i in range(days * 1440)
+        for i in range(int(days * 1440))
     ]
 
 
@@ -339,3 +340,12 @@ def test_a_measured_ratio_counts_from_twice_its_sampling_error_above_the_lag1_on
     assert below < 1 + 2 * error < above < 1 + 3 * error
     assert long_run_ratio(alternating_wander(0.0021), 0.40) == 1.0
     assert long_run_ratio(alternating_wander(0.0022), 0.40) == pytest.approx(above, rel=0.02)
+
+
+def test_a_history_shorter_than_half_a_day_is_judged_on_lag1_alone() -> None:
+    """On fewer than MEASURED_MIN_BLOCKS hours the hour sums are too few to measure a
+    long-run ratio (one incident's hour would pass for correlation): a wander that reads
+    as a ratio near 3 on 12 hours is not measured on 11."""
+    assert MEASURED_MIN_BLOCKS * BLOCK_WINDOWS == 720
+    assert long_run_ratio(alternating_wander(0.003, days=0.5), 0.40) > 2.0
+    assert long_run_ratio(alternating_wander(0.003, days=11 / 24), 0.40) == 1.0
