@@ -55,9 +55,10 @@ class Refitter:
     #: After a failed publish, wait this long before trying again.
     RETRY_S: Final = 60.0
     PUBLISH_TIMEOUT_S: Final = 30.0
-    #: Gathering and fitting a type-week of windows takes ~0.3 s (bench/refit.py): the
-    #: consumer thread pauses for a few seconds per run at most; other due types follow.
-    TYPES_PER_RUN: Final = 10
+    #: Gathering and fitting a type-week of windows takes ~0.5-0.7 s (bench/refit.py; the
+    #: fit replays the history through the policy to leave its incidents out): the consumer
+    #: thread pauses for about 3 s per run at most; other due types follow.
+    TYPES_PER_RUN: Final = 4
 
     def __init__(
         self,
