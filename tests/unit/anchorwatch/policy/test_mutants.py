@@ -349,3 +349,22 @@ def test_a_history_shorter_than_half_a_day_is_judged_on_lag1_alone() -> None:
     assert MEASURED_MIN_BLOCKS * BLOCK_WINDOWS == 720
     assert long_run_ratio(alternating_wander(0.003, days=0.5), 0.40) > 2.0
     assert long_run_ratio(alternating_wander(0.003, days=11 / 24), 0.40) == 1.0
+
+
+def test_exactly_min_windows_windows_are_enough_for_a_fitted_baseline() -> None:
+    policy = PolicyConfig()
+    ws = [win(i, 0.40 + 0.01 * ((i * 7) % 5 - 2)) for i in range(policy.min_windows)]
+    span = {"fitted_at_ms": T0, "history_start_ms": T0, "history_end_ms": T0 + 60 * MIN}
+    assert fit_baseline("nda", ws, policy, **span).baseline.status == "fitted"
+    fewer = fit_baseline("nda", ws[1:], policy, **span).baseline
+    assert fewer.status == "insufficient_history"
+
+
+def test_a_history_of_twenty_windows_has_no_tail_to_read() -> None:
+    """The tail quantile rests on at least TAIL_WINDOWS (10) windows beyond it: on 20 that
+    is the median, whose normal quantile is 0: no tail estimate (and no division by it)."""
+    ws = [win(i, 0.40 + 0.01 * ((i * 7) % 5 - 2)) for i in range(2 * TAIL_WINDOWS)]
+    span = {"fitted_at_ms": T0, "history_start_ms": T0, "history_end_ms": T0 + 20 * MIN}
+    b = fit_baseline("nda", ws, PolicyConfig(), **span).baseline
+    assert b.status == "insufficient_history"
+    assert b.spread > 0
