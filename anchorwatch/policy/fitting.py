@@ -131,16 +131,16 @@ def excursions(
     ``baseline``: from its first breaching window to its resolution (or the history's
     end)."""
     # Imported here: the tracker judges against baselines this module fits.
-    from anchorwatch.policy.incidents import IncidentTracker
+    from anchorwatch.policy.incidents import IncidentTracker, final_incidents
 
     if not ws:
         return []
-    spans: dict[str, tuple[int, int]] = {}
-    for change in IncidentTracker(policy, {doc_type: baseline}).replay(ws):
-        inc = change.incident
-        end = inc.resolved_at_ms if inc.resolved_at_ms is not None else ws[-1].window_end_ms
-        spans[inc.incident_id] = (inc.first_breach_ms, end)
-    return sorted(spans.values())
+    changes = IncidentTracker(policy, {doc_type: baseline}).replay(ws)
+    end = ws[-1].window_end_ms
+    return sorted(
+        (i.first_breach_ms, i.resolved_at_ms if i.resolved_at_ms is not None else end)
+        for i in final_incidents(changes)
+    )
 
 
 def _fit_once(
