@@ -688,6 +688,9 @@ class IncidentTracker:
         st.open, st.resolved, st.resolved_slot_ms = None, incident, slot.start_ms
         st.clean_run = st.silent = 0
         st.recent = []
+        # The evidence pooled during the incident is spent: what is left of it after the
+        # type came back must not re-open it on the first window above the center.
+        st.cusum = 0.0
         return IncidentChange("resolved", incident, slot.start_ms, slot.window, slot.judgement)
 
 

@@ -368,3 +368,28 @@ def test_a_history_of_twenty_windows_has_no_tail_to_read() -> None:
     b = fit_baseline("nda", ws, PolicyConfig(), **span).baseline
     assert b.status == "insufficient_history"
     assert b.spread > 0
+
+
+def test_a_resolved_incident_is_not_reopened_by_the_evidence_it_left() -> None:
+    """The pooled evidence that built up during an incident falls back by only 1.25 per
+    window at the center, so at its resolution some is left (2.75 here). It is spent: two
+    later windows below the threshold (0.34 against 0.35, 2.75 of evidence each) re-open
+    nothing, as they open nothing on a fresh tracker (a third would, on either)."""
+    policy = PolicyConfig(rules=(RuleConfig(name="drift"),))
+    t = IncidentTracker(policy, {"nda": baseline()})
+    kinds: list[str] = []
+    i = 0
+    for _ in range(6):
+        kinds += [c.kind for c in t.observe(win(i, 0.50))]
+        i += 1
+    assert kinds[:1] == ["opened"]
+    while "resolved" not in kinds:
+        kinds += [c.kind for c in t.observe(win(i, 0.30))]
+        i += 1
+        assert i < 60
+    fresh = IncidentTracker(policy, {"nda": baseline()})
+    for k in range(2):
+        assert t.observe(win(i + k, 0.34)) == []
+        assert fresh.observe(win(k, 0.34)) == []
+    assert [c.kind for c in t.observe(win(i + 2, 0.34))] == ["reopened"]
+    assert [c.kind for c in fresh.observe(win(2, 0.34))] == ["opened"]
