@@ -78,7 +78,8 @@ def expected(
     return {t: f.baseline for t, f in fits.items()}
 
 
-def assert_same_fit(got: dict[str, Baseline], want: dict[str, Baseline]) -> None:
+def assert_same_fit(got: dict[str, Baseline], want: dict[str, Baseline], output: str = "") -> None:
+    """``output``: the CLI's, with its per-type fit notes, shown when a figure differs."""
     assert set(got) == set(want)
     for doc_type, b in want.items():
         g = got[doc_type]
@@ -89,7 +90,11 @@ def assert_same_fit(got: dict[str, Baseline], want: dict[str, Baseline]) -> None
         ), doc_type
         assert (g.history_start_ms, g.history_end_ms) == (b.history_start_ms, b.history_end_ms)
         for name in ("center", "spread", "p95", "p99", "typical_request_count", "threshold"):
-            assert getattr(g, name) == pytest.approx(getattr(b, name), abs=1e-9), (doc_type, name)
+            assert getattr(g, name) == pytest.approx(getattr(b, name), abs=1e-9), (
+                doc_type,
+                name,
+                output,
+            )
 
 
 def test_fit_from_the_snapshots_topic_to_the_compacted_topic(
@@ -106,7 +111,7 @@ def test_fit_from_the_snapshots_topic_to_the_compacted_topic(
     result = run(config, "baseline", "fit", "--out", str(out))
     assert result.exit_code == 0, result.output
     published = read_baselines(job_settings.kafka, job_settings.topics.baselines)
-    assert_same_fit(published, expected(accepted))
+    assert_same_fit(published, expected(accepted), result.output)
     assert all(b.status == "fitted" for b in published.values())
     # The file for review holds exactly what was published.
     in_file = [Baseline.model_validate_json(line) for line in out.read_bytes().splitlines()]
@@ -155,7 +160,7 @@ def test_fit_from_ndjson_files_within_a_time_range(
         b.doc_type: b
         for b in (Baseline.model_validate_json(line) for line in out.read_bytes().splitlines())
     }
-    assert_same_fit(got, expected(events, since, until))
+    assert_same_fit(got, expected(events, since, until), result.output)
     assert all(b.window_count <= 8 for b in got.values())
     # --no-publish: nothing went to the topic.
     assert read_baselines(job_settings.kafka, job_settings.topics.baselines) == {}
@@ -193,7 +198,7 @@ def test_windows_already_on_the_verdicts_topic_fit_and_backtest_without_flink(
         b.doc_type: b
         for b in (Baseline.model_validate_json(line) for line in out.read_bytes().splitlines())
     }
-    assert_same_fit(got, expected(events))
+    assert_same_fit(got, expected(events), fit.output)
 
     # An hour of history per type: the policy's min_windows (60) for a fitted baseline.
     replay = run(config, "baseline", "backtest", "--from-topic", "verdicts", "--fit-minutes", "60")
