@@ -212,6 +212,9 @@ class Engine:
             {str(p): ms for p, ms in self._watermarks.items()}
         ).decode()
         w.incidents = self._carry + list(batch.rows.values())
+        if self.refit is not None:
+            # Before the batch's offsets: a window the store has moved past is on disk too.
+            self.refit.flush()
         self._crash("batch_before_commit", "")
         self._store.commit_batch(
             w,
@@ -509,6 +512,8 @@ class Engine:
         return self._store
 
     def close(self) -> None:
+        if self.refit is not None:
+            self.refit.rows.close()
         self._store.close()
 
 

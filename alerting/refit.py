@@ -3,7 +3,8 @@ kept per doc type (``anchorwatch.policy.refit``: windows inside incidents left o
 shift kept when an incident resolved "adapted"), and every ``refit_interval_s`` the
 consumer thread refits the types that gathered ``refit_min_windows`` new windows and
 publishes the baselines to the compacted topic, from which this service (and the drift
-job) read them back. At start that history is read back from the verdicts topic.
+job) read them back. The history is kept on disk (``refit_rows``); a first start reads it
+back from the verdicts topic.
 """
 
 from __future__ import annotations
@@ -156,10 +157,14 @@ class Refitter:
 def rebuild_refit_history(
     settings: AlertingSettings, history: RefitHistory, store: Store, now_ms: int
 ) -> int:
-    """Read back the last ``refit_history_s`` of verdicts (``read_recent_windows``) and the
-    incidents the service recorded, so a restart does not forget. Returns the windows read."""
-    since_ms = now_ms - settings.alerting.refit_history_s * 1000
-    read = read_recent_windows(settings, since_ms, history.add)
+    """Apply the incidents the service recorded to ``history``, so a restart does not
+    forget. Its windows are kept on disk; when it holds none (a first start, or refits
+    just turned on) the last ``refit_history_s`` of verdicts is read back from the topic
+    (``read_recent_windows``). Returns the windows read back."""
+    read = 0
+    if not history.doc_types():
+        since_ms = now_ms - settings.alerting.refit_history_s * 1000
+        read = read_recent_windows(settings, since_ms, history.add)
     for listing in store.list_incidents(open_only=False, limit=100_000):
         record = listing.row.record
         history.incident(
@@ -169,4 +174,5 @@ def rebuild_refit_history(
             resolved_at_ms=listing.row.resolved_at_ms,
             resolution=record.get("resolution"),
         )
+    history.flush()
     return read

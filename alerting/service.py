@@ -40,6 +40,7 @@ from anchorwatch.alerting.integrations.dry_run import DryRunSender
 from anchorwatch.alerting.notify import OneAttempt
 from anchorwatch.alerting.outbox import Drainer
 from anchorwatch.alerting.refit import RefitMetrics, Refitter, rebuild_refit_history
+from anchorwatch.alerting.refit_rows import SqliteRows
 from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.store import IncidentListing, Store
@@ -149,7 +150,8 @@ class AlertingService:
                 RefitHistory(
                     RefitSchedule(
                         a.refit_interval_s * 1000, a.refit_history_s * 1000, a.refit_min_windows
-                    )
+                    ),
+                    SqliteRows(a.state_dir),
                 )
                 if a.refit
                 else None
@@ -242,7 +244,10 @@ class AlertingService:
             n = rebuild_refit_history(
                 self.settings, engine.refit, engine.store, int(self._clock() * 1000)
             )
-            log.info("refit history read back", extra={"windows": n})
+            log.info(
+                "refit history ready",
+                extra={"doc_types": len(engine.refit.doc_types()), "windows_read_back": n},
+            )
         refit_every = min(self.REFIT_CHECK_S, float(a.refit_interval_s))
         refit_checked = time.monotonic()
         while not self._stop.is_set():

@@ -438,8 +438,8 @@ class AlertingSection(Section):
         7 * 86_400,
         ge=60,
         le=90 * 86_400,
-        description="Event time of windows a refit rests on (also read back from the verdicts "
-        "topic at start, so a restart does not forget).",
+        description="Event time of windows a refit rests on (kept in the state directory, "
+        "so a restart does not forget; read back from the verdicts topic on a first start).",
     )
     refit_min_windows: int = Field(
         60,

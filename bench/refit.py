@@ -1,56 +1,76 @@
-"""The alerting service's refit history: memory per window held, and the time to gather a
-type's windows and fit them (the consumer thread's pause per refitted type).
+"""The alerting service's refit history: what each window held costs (memory in the process,
+bytes on disk), adding it, and the time to gather a type's windows and fit them (the
+consumer thread's pause per refitted type), for the rows in memory and on disk side by side.
 
-    .venv/bin/python bench/refit.py              # one type-week of one-minute windows
+    .venv/bin/python bench/refit.py              # 5 types, a week of one-minute windows
     .venv/bin/python bench/refit.py --days 1 --types 20
+    .venv/bin/python bench/refit.py --rows disk --types 1000 --fit-types 3   # disk at scale
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+import tempfile
 import time
-import tracemalloc
+from pathlib import Path
 
+import psutil
+
+from anchorwatch.alerting.refit_rows import SqliteRows
 from anchorwatch.contracts import WindowAggregate
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.fitting import fit_baseline
-from anchorwatch.policy.refit import RefitHistory, RefitSchedule
+from anchorwatch.policy.refit import MemoryRows, RefitHistory, RefitSchedule, WindowRows
 
 T0 = 1_767_600_000_000
 MINUTE = 60_000
+#: Rows written between two flushes: the engine flushes once per consumed batch.
+BATCH = 500
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--days", type=float, default=7.0)
-    parser.add_argument("--types", type=int, default=5)
-    args = parser.parse_args()
+def run(kind: str, rows: WindowRows, args: argparse.Namespace, disk: SqliteRows | None) -> None:
     n = int(args.days * 1440)
-    history = RefitHistory(RefitSchedule(3_600_000, int(args.days * 86_400_000), 60))
-    windows = [
-        WindowAggregate(
-            doc_type=f"type-{t}",
-            window_start_ms=T0 + i * MINUTE,
-            window_end_ms=T0 + (i + 1) * MINUTE,
-            request_count=50 + i % 97,
-            mean_drift=0.3 + (i % 13) / 100,
-        )
-        for t in range(args.types)
-        for i in range(n)
-    ]
-    tracemalloc.start()
-    for w in windows:
-        history.add(w)
-    held, _ = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    print(f"windows held: {len(windows)} ({args.types} types x {n})")
-    print(
-        f"memory: {held / len(windows):.0f} bytes per window, "
-        f"{held / args.types / 1e6:.2f} MB per type"
+    history = RefitHistory(RefitSchedule(3_600_000, int(args.days * 86_400_000), 60), rows)
+    # One window of every type per minute, as live traffic brings them.
+    template = WindowAggregate(
+        doc_type="x", window_start_ms=T0, window_end_ms=T0 + MINUTE, request_count=1,
+        mean_drift=0.3,
+    )  # fmt: skip
+    process = psutil.Process()
+    rss_before = process.memory_info().rss
+    started = time.perf_counter()
+    added = 0
+    for i in range(n):
+        for t in range(args.types):
+            history.add(template.model_copy(update={
+                "doc_type": f"type-{t:05d}", "window_start_ms": T0 + i * MINUTE,
+                "window_end_ms": T0 + (i + 1) * MINUTE, "request_count": 50 + i % 97,
+                "mean_drift": 0.3 + (i % 13) / 100,
+            }))  # fmt: skip
+            added += 1
+            if added % BATCH == 0:
+                history.flush()
+        if args.types >= 100 and i % 1440 == 1439:
+            print(f"  {kind}: day {(i + 1) // 1440} written", flush=True)
+    history.flush()
+    took = time.perf_counter() - started
+    held = max(0, process.memory_info().rss - rss_before)
+    total = n * args.types
+    line = (
+        f"{kind:6} {total:,} windows ({args.types} types x {n}): add {took / total * 1e6:.1f} µs"
+        f" per window; process RSS +{held / total:.0f} B per window"
+        f" ({held / args.types / 1e6:.2f} MB per type)"
     )
+    if disk is not None:
+        size = disk.size_bytes()
+        line += f"; on disk {size / total:.0f} B per window, {size / 2**20:,.0f} MiB in all"
+    print(line, flush=True)
     policy = PolicyConfig()
     gather = fit = 0.0
-    for item in history.due(T0 + n * MINUTE, lambda _t: None):
+    due = history.due(T0 + n * MINUTE, lambda _t: None, limit=args.fit_types)
+    for item in due:
         started = time.perf_counter()
         ws = history.usable(item.doc_type)
         gathered = time.perf_counter()
@@ -65,9 +85,32 @@ def main() -> None:
         gather += gathered - started
         fit += time.perf_counter() - gathered
     print(
-        f"per type: gather {gather / args.types * 1000:.0f} ms, "
-        f"fit {fit / args.types * 1000:.0f} ms"
+        f"{kind:6} per type ({len(due)} fitted): gather {gather / len(due) * 1000:.0f} ms, "
+        f"fit {fit / len(due) * 1000:.0f} ms",
+        flush=True,
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--types", type=int, default=5)
+    parser.add_argument("--fit-types", type=int, default=5, help="types gathered and fitted")
+    parser.add_argument("--rows", choices=("memory", "disk", "both"), default="both")
+    args = parser.parse_args()
+    if args.rows == "both":
+        # Each in a process of its own: memory one run freed would be reused by the next.
+        for kind in ("memory", "disk"):
+            argv = [a for a in sys.argv[1:] if a not in ("--rows", "both")]
+            subprocess.run([sys.executable, __file__, *argv, "--rows", kind], check=True)
+        return
+    if args.rows == "memory":
+        run("memory", MemoryRows(), args, None)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = SqliteRows(Path(tmp))
+            run("disk", rows, args, rows)
+            rows.close()
 
 
 if __name__ == "__main__":

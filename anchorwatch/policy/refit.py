@@ -21,8 +21,92 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from anchorwatch.contracts import Baseline, WindowAggregate
+
+#: One window as the history holds it: (start ms, end ms, request count, mean drift).
+Row = tuple[int, int, int, float]
+
+
+class WindowRows(Protocol):
+    """Where a ``RefitHistory`` keeps its windows. A week of minutes is ~10,000 windows per
+    type: in memory for tests and small deployments (``MemoryRows``), on disk for the
+    service (``anchorwatch.alerting.refit_rows``), where thousands of types would not fit
+    in memory."""
+
+    def put(self, doc_type: str, row: Row) -> None:
+        """Hold ``row``; one already held with the same start is replaced."""
+
+    def drop_before(self, doc_type: str, start_ms: int) -> None:
+        """Forget ``doc_type``'s windows that start before ``start_ms``."""
+
+    def rows(self, doc_type: str, since_ms: int, ended_after_ms: int | None = None) -> list[Row]:
+        """``doc_type``'s windows starting at or after ``since_ms`` (and ending after
+        ``ended_after_ms``, when given), in start order."""
+        ...
+
+    def count(self) -> int:
+        """Windows held over all types."""
+        ...
+
+    def latest_ends(self) -> dict[str, int]:
+        """Per doc type, the latest end of a window ever put (rows kept from an earlier
+        run tell the history where each type's event time stands)."""
+        ...
+
+    def flush(self) -> None:
+        """Make what was put and dropped so far durable (where the rows are durable)."""
+
+    def close(self) -> None:
+        """Flush and let go of what the rows hold open."""
+
+
+class MemoryRows:
+    """``WindowRows`` in a dict per type: start -> (end, request count, mean drift)."""
+
+    def __init__(self) -> None:
+        self._types: dict[str, dict[int, tuple[int, int, float]]] = {}
+        self._latest: dict[str, int] = {}
+
+    def put(self, doc_type: str, row: Row) -> None:
+        start, end, count, mean = row
+        self._types.setdefault(doc_type, {})[start] = (end, count, mean)
+        self._latest[doc_type] = max(end, self._latest.get(doc_type, end))
+
+    def drop_before(self, doc_type: str, start_ms: int) -> None:
+        windows = self._types.get(doc_type)
+        if not windows:
+            return
+        # Windows arrive nearly in order: drop from the oldest inserted while they are old,
+        # then whatever came late and is older still.
+        while windows:
+            oldest = next(iter(windows))
+            if oldest >= start_ms:
+                break
+            del windows[oldest]
+        for start in [s for s in windows if s < start_ms]:
+            del windows[start]
+
+    def rows(self, doc_type: str, since_ms: int, ended_after_ms: int | None = None) -> list[Row]:
+        windows = self._types.get(doc_type, {})
+        return [
+            (start, *windows[start])
+            for start in sorted(windows)
+            if start >= since_ms and (ended_after_ms is None or windows[start][0] > ended_after_ms)
+        ]
+
+    def count(self) -> int:
+        return sum(len(w) for w in self._types.values())
+
+    def latest_ends(self) -> dict[str, int]:
+        return dict(self._latest)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -50,10 +134,9 @@ class FitInput:
 
 @dataclass
 class _TypeHistory:
-    # window start -> (end, request count, mean drift): small tuples, a week of minutes
-    # per type is ~10,000 of them.
-    windows: dict[int, tuple[int, int, float]] = field(default_factory=dict)
+    # The windows themselves are in the history's ``WindowRows``.
     latest_end_ms: int = 0
+    pruned_to_ms: int = 0  # windows before this start are dropped from the rows
     floor_ms: int | None = None  # after an adaptation: nothing before the shift counts
     spans: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # incident -> span
     fitted_at_ms: int | None = None  # last fit made here
@@ -63,22 +146,32 @@ class _TypeHistory:
 class RefitHistory:
     """Every doc type's refit history (see the module doc for the rule)."""
 
-    def __init__(self, schedule: RefitSchedule) -> None:
+    #: Old windows are dropped from the rows once this much event time (at most a tenth of
+    #: the history) has passed since the last drop; reads skip them anyway. One delete per
+    #: type per hour, not one per window.
+    PRUNE_EVERY_MS = 3_600_000
+
+    def __init__(self, schedule: RefitSchedule, rows: WindowRows | None = None) -> None:
+        """``rows``: where the windows are kept (default: in memory). Rows it already holds
+        count as added (a restart on the service's own file)."""
         self.schedule = schedule
-        self._types: dict[str, _TypeHistory] = {}
+        self.rows: WindowRows = rows if rows is not None else MemoryRows()
+        self._types: dict[str, _TypeHistory] = {
+            doc_type: _TypeHistory(latest_end_ms=end_ms)
+            for doc_type, end_ms in self.rows.latest_ends().items()
+        }
 
     # ----------------------------------------------------------------- inputs
 
     def add(self, window: WindowAggregate) -> None:
         """A judged window. A start already held is replaced (the last one counts)."""
         h = self._types.setdefault(window.doc_type, _TypeHistory())
-        h.windows[window.window_start_ms] = (
-            window.window_end_ms,
-            window.request_count,
-            window.mean_drift,
+        self.rows.put(
+            window.doc_type,
+            (window.window_start_ms, window.window_end_ms, window.request_count, window.mean_drift),
         )
         h.latest_end_ms = max(h.latest_end_ms, window.window_end_ms)
-        self._prune(h)
+        self._prune(window.doc_type, h)
 
     def incident(
         self,
@@ -94,8 +187,7 @@ class RefitHistory:
         if resolution == "adapted":
             h.spans.pop(incident_id, None)
             h.floor_ms = first_breach_ms if h.floor_ms is None else max(h.floor_ms, first_breach_ms)
-            for start in [s for s in h.windows if s < first_breach_ms]:
-                del h.windows[start]
+            self.rows.drop_before(doc_type, first_breach_ms)
             return
         h.spans[incident_id] = (first_breach_ms, resolved_at_ms)
 
@@ -103,6 +195,10 @@ class RefitHistory:
         """A fit of ``doc_type`` was made (published) at ``fitted_at_ms``."""
         h = self._types.setdefault(doc_type, _TypeHistory())
         h.fitted_at_ms, h.fitted_until_ms = fitted_at_ms, history_end_ms
+
+    def flush(self) -> None:
+        """Make the windows added so far durable (a no-op in memory)."""
+        self.rows.flush()
 
     # ----------------------------------------------------------------- outputs
 
@@ -112,7 +208,7 @@ class RefitHistory:
     def usable(self, doc_type: str) -> list[WindowAggregate]:
         """The windows a fit of ``doc_type`` would rest on now, in event-time order."""
         h = self._types.get(doc_type)
-        rows = self._usable_rows(h) if h is not None else []
+        rows = self._usable_rows(doc_type, h) if h is not None else []
         if not rows:
             return []
         start, end, count, mean = rows[0]
@@ -153,8 +249,7 @@ class RefitHistory:
                 last_fit, fitted_until = baseline.fitted_at_ms, baseline.history_end_ms
             if last_fit is not None and now_ms - last_fit < self.schedule.interval_ms:
                 continue
-            rows = self._usable_rows(h)
-            new = sum(1 for r in rows if fitted_until is None or r[1] > fitted_until)
+            new = len(self._usable_rows(doc_type, h, ended_after_ms=fitted_until))
             if new < self.schedule.min_new_windows:
                 continue
             windows = self.usable(doc_type)
@@ -175,28 +270,26 @@ class RefitHistory:
 
     def window_count(self) -> int:
         """Windows held over all types (for the service's log line at start)."""
-        return sum(len(h.windows) for h in self._types.values())
+        return self.rows.count()
 
     # ----------------------------------------------------------------- internals
 
-    def _usable_rows(self, h: _TypeHistory) -> list[tuple[int, int, int, float]]:
+    def _usable_rows(
+        self, doc_type: str, h: _TypeHistory, ended_after_ms: int | None = None
+    ) -> list[Row]:
         cutoff = h.latest_end_ms - self.schedule.history_ms
         floor = max(cutoff, h.floor_ms) if h.floor_ms is not None else cutoff
         spans = list(h.spans.values())
         return [
-            (start, *h.windows[start])
-            for start in sorted(h.windows)
-            if start >= floor and not _covered(start, spans)
+            r for r in self.rows.rows(doc_type, floor, ended_after_ms) if not _covered(r[0], spans)
         ]
 
-    def _prune(self, h: _TypeHistory) -> None:
+    def _prune(self, doc_type: str, h: _TypeHistory) -> None:
         cutoff = h.latest_end_ms - self.schedule.history_ms
-        # Windows arrive nearly in order: drop from the oldest inserted while they are old.
-        while h.windows:
-            oldest = next(iter(h.windows))
-            if oldest >= cutoff:
-                break
-            del h.windows[oldest]
+        if cutoff - h.pruned_to_ms < min(self.PRUNE_EVERY_MS, self.schedule.history_ms // 10):
+            return
+        self.rows.drop_before(doc_type, cutoff)
+        h.pruned_to_ms = cutoff
         h.spans = {
             i: (start, end) for i, (start, end) in h.spans.items() if end is None or end > cutoff
         }
