@@ -192,7 +192,7 @@ class Engine:
         seen = self._store.seen_verdicts(v.verdict_id for _, v in verdicts)
         for partition, verdict in verdicts:
             self._handle(partition, verdict, seen, batch)
-        state = self.tracker.export_state()
+        state = self.tracker.export_state(batch.touched)
         by_type = _group_states(state)
         self._refresh(batch, by_type)
         w = batch.write

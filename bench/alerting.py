@@ -9,11 +9,15 @@ this process, and runs `anchorwatch alerting serve` as its own process per confi
    behind the rate limit. For each, from producing the verdict, and from the service
    consuming it (its outbox row), to the local Slack receiving the parent message (the
    server's clock; same machine). Jira and drift events are on too.
-2. throughput: --types doc types x --windows windows produced beforehand (2% of the types
-   drift: incidents, notifications), then verdicts/s from the service being ready to the
-   last one decided and committed; peak RSS of the service.
+2. throughput: --types doc types x --windows windows produced beforehand (every
+   --drifting-every-th type drifts: incidents, all open at once, and notifications), then
+   verdicts/s from the service being ready to the last one decided and committed; then the
+   wait for every incident's Slack parent (the queue drains at alerting.slack_rate_per_s,
+   --slack-rate); peak RSS of the service and the size of its state files.
 
     .venv/bin/python -m bench.alerting --incidents 40 --types 1000 --windows 20
+    .venv/bin/python -m bench.alerting --incidents 0 --types 10000 --windows 30 \
+        --drifting-every 10 --slack-rate 50 --sync FULL      # 1,000 incidents at once
 
 The verdicts, the settings as environment and the service process are the alerting
 tests' own (tests/support/), so the bench measures what the tests check.
@@ -68,14 +72,20 @@ broker = private_kafka
 
 @contextmanager
 def service(
-    job: JobSettings, state: Path, slack: LocalSlack, jira: LocalJira, sync: str
+    job: JobSettings,
+    state: Path,
+    slack: LocalSlack,
+    jira: LocalJira,
+    sync: str,
+    slack_rate: float | None = None,
 ) -> Iterator[tuple[psutil.Process, str]]:
     port = free_port()
+    rates = {} if slack_rate is None else {"slack_rate_per_s": slack_rate}
     env = service_env({
         "kafka": {"bootstrap_servers": job.kafka.bootstrap_servers},
         "topics": dict(job.topics),
         "alerting": {"state_dir": state, "start_offset": "earliest", "metrics_port": port,
-                     "sqlite_synchronous": sync},
+                     "sqlite_synchronous": sync, **rates},
         "slack": {"mode": "bot", "api_url": slack.api_url, "bot_token": SLACK_TOKEN},
         "jira": {"enabled": True, "url": jira.url},
         # One critical window opens an incident (the default policy waits for two): the
@@ -97,7 +107,8 @@ def service(
 
 def decided(url: str) -> float:
     total = 0.0
-    for line in requests.get(f"{url}/metrics", timeout=5).text.splitlines():
+    # Generous: with thousands of types the page holds tens of thousands of series.
+    for line in requests.get(f"{url}/metrics", timeout=30).text.splitlines():
         if line.startswith("anchorwatch_alerting_verdicts_total{"):
             total += float(line.rsplit(" ", 1)[1])
     return total
@@ -157,8 +168,21 @@ def latency(job: JobSettings, root: Path, sync: str, incidents: int, spacing: fl
     print(f"    verdict consumed -> Slack received   {quantiles(from_consumed)}")
 
 
-def throughput(job: JobSettings, root: Path, sync: str, types: int, windows: int) -> None:
-    drifting = {f"t{i:05d}" for i in range(0, types, 50)}
+def state_bytes(state: Path) -> int:
+    """The service's SQLite files (state, refit history) with their write-ahead logs."""
+    return sum(p.stat().st_size for p in state.glob("*.sqlite3*"))
+
+
+def throughput(
+    job: JobSettings,
+    root: Path,
+    sync: str,
+    types: int,
+    windows: int,
+    drifting_every: int,
+    slack_rate: float | None,
+) -> None:
+    drifting = {f"t{i:05d}" for i in range(0, types, drifting_every)}
     names = [f"t{i:05d}" for i in range(types)]
     records = [
         (
@@ -179,7 +203,7 @@ def throughput(job: JobSettings, root: Path, sync: str, types: int, windows: int
     with (
         TimedSlack(token=SLACK_TOKEN) as slack,
         LocalJira() as jira,
-        service(job, state, slack, jira, sync) as (proc, url),
+        service(job, state, slack, jira, sync, slack_rate) as (proc, url),
     ):
         # From the first verdict produced to the last one decided and committed.
         started = time.monotonic()
@@ -194,14 +218,41 @@ def throughput(job: JobSettings, root: Path, sync: str, types: int, windows: int
         peak = proc.memory_info().rss
         while decided(url) < len(records):
             peak = max(peak, proc.memory_info().rss)
-            time.sleep(0.05)
+            time.sleep(0.5)
         took = time.monotonic() - started
         peak = max(peak, proc.memory_info().rss)
+        # Every incident's Slack parent: the queue drains at the Slack rate.
+        queue_started = time.monotonic()
+        while len(slack.received) < len(drifting) and time.monotonic() - queue_started < 3600:
+            peak = max(peak, proc.memory_info().rss)
+            time.sleep(0.5)
     n = len(records)
     print(
         f"  throughput, {sync:6} {n:,} verdicts of {types:,} types in {took:5.2f} s: "
-        f"{n / took:8,.0f} verdicts/s, peak RSS {peak / 2**20:.0f} MiB"
+        f"{n / took:8,.0f} verdicts/s, peak RSS {peak / 2**20:.0f} MiB, "
+        f"state {state_bytes(state) / 2**20:.1f} MiB"
     )
+    store = Store(state, create=False)
+    consumed = {
+        r["incident_id"]: r["consumed_ms"] / 1000
+        for r in store.outbox_rows()
+        if r["integration"] == "slack" and r["action"] == "open"
+    }
+    parents = {
+        i.row.incident_id: i.refs.slack_ts
+        for i in store.list_incidents(open_only=False, limit=100_000)
+    }
+    store.close()
+    waits = [
+        slack.received[ts] - consumed[i]
+        for i, ts in parents.items()
+        if ts is not None and ts in slack.received and i in consumed
+    ]
+    if waits:
+        print(
+            f"    {len(parents):,} incidents open at once, {len(waits):,} Slack parents: "
+            f"verdict consumed -> Slack received {quantiles(waits)}"
+        )
 
 
 def main() -> None:
@@ -210,18 +261,34 @@ def main() -> None:
     parser.add_argument("--spacing", type=float, default=1.2, help="seconds between incidents")
     parser.add_argument("--types", type=int, default=1000, help="doc types (throughput)")
     parser.add_argument("--windows", type=int, default=20, help="windows per type (throughput)")
+    parser.add_argument(
+        "--drifting-every", type=int, default=50,
+        help="every n-th type drifts and opens an incident (throughput; 50: 2%%)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--slack-rate", type=float,
+        help="alerting.slack_rate_per_s for the throughput run (default: the service's, 1/s:"
+        " one channel)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sync", choices=("FULL", "NORMAL", "both"), default="both", help="SQLite sync modes"
+    )
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     args = parser.parse_args()
     print("load average (1, 5, 15 min) at the start: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
     with broker(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         base = JobSettings.load(kafka={"bootstrap_servers": bootstrap})
-        for sync in ("FULL", "NORMAL"):
+        for sync in ("FULL", "NORMAL") if args.sync == "both" else (args.sync,):
             # Each measurement on topics of its own: nothing earlier to skip.
+            if args.incidents > 0:
+                with private_topics(base) as job:
+                    latency(job, root, sync, args.incidents, args.spacing)
             with private_topics(base) as job:
-                latency(job, root, sync, args.incidents, args.spacing)
-            with private_topics(base) as job:
-                throughput(job, root, sync, args.types, args.windows)
+                throughput(
+                    job, root, sync, args.types, args.windows, args.drifting_every,
+                    args.slack_rate,
+                )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Final, Literal
 
 from anchorwatch.contracts import Baseline, DriftEvent, DriftEvidence, Reason, WindowAggregate
@@ -133,6 +133,20 @@ class _RunState:
     open: Incident | None = None
     resolved: Incident | None = None  # the latest resolved incident: may be re-opened
     resolved_slot_ms: int | None = None
+
+
+_RUN_FIELDS: Final = tuple(f.name for f in fields(_RunState))
+
+
+def _run_record(st: _RunState) -> dict[str, Any]:
+    """``asdict(st)`` without its deep copies, which made it most of a batch's time: every
+    field is a plain value, a list of floats or an ``Incident`` of plain values."""
+    record = {name: getattr(st, name) for name in _RUN_FIELDS}
+    record["recent"] = list(st.recent)
+    for key in ("open", "resolved"):
+        if record[key] is not None:
+            record[key] = dict(vars(record[key]))
+    return record
 
 
 @dataclass(frozen=True)
@@ -274,12 +288,16 @@ class IncidentTracker:
             key=lambda i: (i.opened_at_ms, i.doc_type, i.rule),
         )
 
-    def export_state(self) -> dict[str, Any]:
-        """Everything needed to continue after a restart, as JSON-compatible values."""
+    def export_state(self, doc_types: Collection[str] | None = None) -> dict[str, Any]:
+        """Everything needed to continue after a restart, as JSON-compatible values;
+        ``doc_types``: the states of these types only (what a batch changed: exporting
+        every type's per batch grows with the types, 0.3 s a batch at 1,000)."""
         return {
             "policy_version": self.policy.version,
             "states": [
-                {"doc_type": d, "rule": r, **asdict(st)} for (d, r), st in self._states.items()
+                {"doc_type": d, "rule": r, **_run_record(st)}
+                for (d, r), st in self._states.items()
+                if doc_types is None or d in doc_types
             ],
             "adapted": [
                 self._baselines[d].model_dump(mode="json")

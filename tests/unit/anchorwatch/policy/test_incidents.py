@@ -247,6 +247,23 @@ def test_state_survives_a_restart() -> None:
     assert fresh.open_incidents() == []
 
 
+def test_a_state_exported_per_type_is_the_whole_one_cut_by_type() -> None:
+    """The alerting service stores, per batch, only the types it touched; each is what the
+    whole export holds for it, open and resolved incidents and pooled evidence included."""
+    rng = random.Random(4)
+    t = tracker()
+    for i in range(120):
+        for doc_type in ("nda", "invoice", "memo"):
+            t.observe(win(i, rng.choice([CLEAN, CLEAN, WARN, CRIT]), doc_type=doc_type))
+    whole = t.export_state()
+    assert any(s["open"] or s["resolved"] for s in whole["states"])
+    for kept in ({"invoice"}, {"nda", "memo"}, set()):
+        cut = t.export_state(kept)
+        assert cut["states"] == [s for s in whole["states"] if s["doc_type"] in kept]
+        assert cut["policy_version"] == whole["policy_version"]
+    assert orjson.loads(orjson.dumps(whole)) == whole  # plain values all through
+
+
 def sparse_baseline() -> Baseline:
     # A type with ~1 request a minute and per-request sigma 0.06.
     return baseline(
