@@ -126,6 +126,25 @@ def quantiles(values: list[float]) -> str:
     )
 
 
+def opened(state: Path) -> tuple[dict[str, float], dict[str, tuple[str, str | None]]]:
+    """From the service's state: when the verdict that opened each incident was consumed,
+    and each incident's doc type and Slack parent (its ts)."""
+    store = Store(state, create=False)
+    try:
+        consumed = {
+            r["incident_id"]: r["consumed_ms"] / 1000
+            for r in store.outbox_rows()
+            if r["integration"] == "slack" and r["action"] == "open"
+        }
+        parents = {
+            i.row.incident_id: (i.row.doc_type, i.refs.slack_ts)
+            for i in store.list_incidents(open_only=False, limit=100_000)
+        }
+    finally:
+        store.close()
+    return consumed, parents
+
+
 def latency(job: JobSettings, root: Path, sync: str, incidents: int, spacing: float) -> None:
     with TimedSlack(token=SLACK_TOKEN) as slack, LocalJira() as jira:
         state = root / f"latency-{sync}"
@@ -145,17 +164,7 @@ def latency(job: JobSettings, root: Path, sync: str, incidents: int, spacing: fl
             deadline = time.monotonic() + 60
             while len(slack.received) < incidents and time.monotonic() < deadline:
                 time.sleep(0.05)
-        store = Store(state, create=False)
-        consumed = {
-            r["incident_id"]: r["consumed_ms"] / 1000
-            for r in store.outbox_rows()
-            if r["integration"] == "slack" and r["action"] == "open"
-        }
-        doc_of = {
-            i.row.incident_id: (i.row.doc_type, i.refs.slack_ts)
-            for i in store.list_incidents(open_only=False, limit=100_000)
-        }
-        store.close()
+        consumed, doc_of = opened(state)
     from_produced, from_consumed = [], []
     for incident_id, (doc, ts) in doc_of.items():
         if ts is None or ts not in slack.received:
@@ -232,20 +241,10 @@ def throughput(
         f"{n / took:8,.0f} verdicts/s, peak RSS {peak / 2**20:.0f} MiB, "
         f"state {state_bytes(state) / 2**20:.1f} MiB"
     )
-    store = Store(state, create=False)
-    consumed = {
-        r["incident_id"]: r["consumed_ms"] / 1000
-        for r in store.outbox_rows()
-        if r["integration"] == "slack" and r["action"] == "open"
-    }
-    parents = {
-        i.row.incident_id: i.refs.slack_ts
-        for i in store.list_incidents(open_only=False, limit=100_000)
-    }
-    store.close()
+    consumed, parents = opened(state)
     waits = [
         slack.received[ts] - consumed[i]
-        for i, ts in parents.items()
+        for i, (_, ts) in parents.items()
         if ts is not None and ts in slack.received and i in consumed
     ]
     if waits:
