@@ -14,10 +14,13 @@ this process, and runs `anchorwatch alerting serve` as its own process per confi
    verdicts/s from the service being ready to the last one decided and committed; then the
    wait for every incident's Slack parent (the queue drains at alerting.slack_rate_per_s,
    --slack-rate); peak RSS of the service and the size of its state files.
+3. --week-types N: a simulated week of N types (one incident per type a day) through the
+   engine in this process: the size of the state files after a week.
 
     .venv/bin/python -m bench.alerting --incidents 40 --types 1000 --windows 20
     .venv/bin/python -m bench.alerting --incidents 0 --types 10000 --windows 30 \
         --drifting-every 10 --slack-rate 50 --sync FULL      # 1,000 incidents at once
+    .venv/bin/python -m bench.alerting --week-types 100
 
 The verdicts, the settings as environment and the service process are the alerting
 tests' own (tests/support/), so the bench measures what the tests check.
@@ -254,6 +257,74 @@ def throughput(
         )
 
 
+def week(types: int, days: float) -> None:
+    """A simulated week (``days``) of ``types`` doc types, one window a minute each and one
+    10-minute incident per type a day, through the service's engine in this process (no
+    Kafka, no senders: the state is what matters): the size of the state files after it."""
+    from prometheus_client import CollectorRegistry
+
+    from anchorwatch.alerting.engine import Engine, RawMessage
+    from anchorwatch.alerting.notify import ManualClock
+    from anchorwatch.alerting.refit_rows import SqliteRows
+    from anchorwatch.alerting.service_metrics import ServiceMetrics
+    from anchorwatch.alerting.settings import AlertingSettings
+    from anchorwatch.policy.refit import RefitHistory, RefitSchedule
+    from tests.support.alerting import T0
+
+    minutes = int(days * 1440)
+    names = [f"w{i:05d}" for i in range(types)]
+    # Each type drifts for 10 minutes once a day, at a minute of its own.
+    burst_at = {d: (i * 137) % 1430 for i, d in enumerate(names)}
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp)
+        settings = AlertingSettings.load(alerting={"state_dir": state}, policy=POLICY)
+        a = settings.alerting
+        clock = ManualClock(T0 / 1000)
+        engine = Engine(
+            settings, Store(state), ServiceMetrics(CollectorRegistry()),
+            ["slack", "jira", "events"], clock=clock,
+            refit=RefitHistory(
+                RefitSchedule(a.refit_interval_s * 1000, a.refit_history_s * 1000,
+                              a.refit_min_windows),
+                SqliteRows(state),
+            ),
+        )  # fmt: skip
+        process = psutil.Process()
+        peak = offset = 0
+        started = time.monotonic()
+        for m in range(minutes):
+            clock.now = T0 / 1000 + (m + 1) * 60 + 5
+            messages = []
+            for d in names:
+                burst = 0 <= m % 1440 - burst_at[d] < 10
+                mean = 0.95 if burst else 0.35 + ((burst_at[d] + 37 * m) % 100) / 1000
+                messages.append(
+                    RawMessage("verdicts", 0, offset, encode(verdict(d, m, mean, job_version="w")))
+                )
+                offset += 1
+            for i in range(0, len(messages), a.batch_max):
+                engine.process(messages[i : i + a.batch_max], int(clock() * 1000))
+            if m % 1440 == 1439:
+                engine.prune(int((clock() - a.retention_days * 86_400) * 1000))
+                peak = max(peak, process.memory_info().rss)
+                print(
+                    f"  day {(m + 1) // 1440}: state {state_bytes(state) / 2**20:,.1f} MiB "
+                    f"({time.monotonic() - started:,.0f} s)",
+                    flush=True,
+                )
+        peak = max(peak, process.memory_info().rss)
+        incidents = len(engine.store.list_incidents(open_only=False, limit=10**8))
+        engine.close()
+        files = {p.name: p.stat().st_size for p in sorted(state.glob("*.sqlite3*"))}
+    total = sum(files.values())
+    print(
+        f"  {days:g} days of {types:,} types ({offset:,} verdicts, {incidents:,} incidents): "
+        f"state {total / 2**20:,.1f} MiB, {total / types / 2**20:.2f} MiB per type "
+        f"({', '.join(f'{n} {b / 2**20:,.1f}' for n, b in files.items())}); "
+        f"peak RSS {peak / 2**20:.0f} MiB"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--incidents", type=int, default=40, help="incidents timed (latency)")
@@ -272,8 +343,16 @@ def main() -> None:
     parser.add_argument(
         "--sync", choices=("FULL", "NORMAL", "both"), default="both", help="SQLite sync modes"
     )
+    parser.add_argument(
+        "--week-types", type=int, default=0,
+        help="instead: a simulated week of this many types through the engine (state size)",
+    )  # fmt: skip
+    parser.add_argument("--week-days", type=float, default=7.0, help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     args = parser.parse_args()
+    if args.week_types:
+        week(args.week_types, args.week_days)
+        return
     print("load average (1, 5, 15 min) at the start: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
     with broker(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
