@@ -59,11 +59,9 @@ def verdict_consumer_config(
     consumer by default: with a backlog, a third of the service's memory at 10,000 types.
     Ours is PREFETCH_KIB unless the user's client_properties set it."""
     a = settings.alerting
-    prefetch: dict[str, Any] = {"queued.max.messages.kbytes": PREFETCH_KIB}
-    prefetch.update((k, v) for k, v in settings.kafka.client_properties.items() if k in prefetch)
     return client_config(
         settings.kafka,
-        **prefetch,
+        {"queued.max.messages.kbytes": PREFETCH_KIB},
         **{
             "group.id": a.group_id,
             "enable.auto.commit": False,

@@ -513,7 +513,7 @@ class Engine:
 
     def close(self) -> None:
         if self.refit is not None:
-            self.refit.rows.close()
+            self.refit.close()
         self._store.close()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -42,12 +42,16 @@ def producer_max_bytes(topics: TopicSettings) -> int:
     return record_limit(topics) + 1024
 
 
-def client_config(kafka: KafkaSettings, **overrides: Any) -> dict[str, Any]:
-    """librdkafka configuration: bootstrap + the user's client properties + ours.
+def client_config(
+    kafka: KafkaSettings, defaults: Mapping[str, Any] | None = None, /, **overrides: Any
+) -> dict[str, Any]:
+    """librdkafka configuration: bootstrap + our ``defaults`` + the user's client properties
+    (which may change those) + ours (which they may not).
     librdkafka's own messages go through Python logging (JSON lines), not raw stderr."""
     return {
         "bootstrap.servers": kafka.bootstrap_servers,
         "logger": _LIBRDKAFKA_LOG,
+        **(defaults or {}),
         **kafka.client_properties,
         **overrides,
     }

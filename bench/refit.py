@@ -101,8 +101,9 @@ def main() -> None:
     if args.rows == "both":
         # Each in a process of its own: memory one run freed would be reused by the next.
         for kind in ("memory", "disk"):
-            argv = [a for a in sys.argv[1:] if a not in ("--rows", "both")]
-            subprocess.run([sys.executable, __file__, *argv, "--rows", kind], check=True)
+            argv = ["--days", str(args.days), "--types", str(args.types)]
+            argv += ["--fit-types", str(args.fit_types), "--rows", kind]
+            subprocess.run([sys.executable, __file__, *argv], check=True)
         return
     if args.rows == "memory":
         run("memory", MemoryRows(), args, None)

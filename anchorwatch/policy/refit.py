@@ -75,16 +75,7 @@ class MemoryRows:
         self._latest[doc_type] = max(end, self._latest.get(doc_type, end))
 
     def drop_before(self, doc_type: str, start_ms: int) -> None:
-        windows = self._types.get(doc_type)
-        if not windows:
-            return
-        # Windows arrive nearly in order: drop from the oldest inserted while they are old,
-        # then whatever came late and is older still.
-        while windows:
-            oldest = next(iter(windows))
-            if oldest >= start_ms:
-                break
-            del windows[oldest]
+        windows = self._types.get(doc_type, {})
         for start in [s for s in windows if s < start_ms]:
             del windows[start]
 
@@ -199,6 +190,9 @@ class RefitHistory:
     def flush(self) -> None:
         """Make the windows added so far durable (a no-op in memory)."""
         self.rows.flush()
+
+    def close(self) -> None:
+        self.rows.close()
 
     # ----------------------------------------------------------------- outputs
 
