@@ -33,15 +33,9 @@ class JobOptions(Section):
     )
     deduplicate: bool = Field(
         True,
-        description="Count each event_id at most once (a retried batch cannot skew a window): "
-        "the job remembers every id for dedup_retention_s.",
-    )
-    dedup_retention_s: int | None = Field(
-        None,
-        ge=1,
-        le=86_400,
-        description="How long (processing time) an event_id is remembered; unset: the window "
-        "plus the watermark delay. State grows with events/s times this.",
+        description="Count each event_id at most once in its window (a retried batch cannot "
+        "skew it) and in its late-tally interval: the job keeps a 16-byte hash of each id "
+        "while the window is open.",
     )
     late_report_s: int = Field(
         10, ge=1, description="How often late events are tallied per doc type (processing time)."
@@ -63,7 +57,7 @@ class JobOptions(Section):
         ge=256,
         le=262_144,
         description="Java heap (-Xmx) of the embedded mini-cluster `job run` and the benchmark "
-        "start: its operators' state (the deduplication's event ids above all) lives here.",
+        "start: its operators' state (the open windows with their event ids) lives here.",
     )
     local_direct_mb: int = Field(
         512,
@@ -94,13 +88,6 @@ class JobOptions(Section):
             f"-XX:MaxDirectMemorySize={self.local_direct_mb}m",
             f"-XX:MaxMetaspaceSize={self.local_metaspace_mb}m",
         ]
-
-    def dedup_retention(self) -> float:
-        """Seconds an event_id is remembered: long enough for a duplicate that could still
-        land in an open window (the window plus the watermark delay), unless set."""
-        if self.dedup_retention_s is not None:
-            return float(self.dedup_retention_s)
-        return self.window_size_s + self.watermark_delay_ms / 1000
 
 
 class JobSettings(ServiceSettings):

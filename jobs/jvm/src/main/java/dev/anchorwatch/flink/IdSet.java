@@ -1,0 +1,154 @@
+package dev.anchorwatch.flink;
+
+/**
+ * The event ids seen in one window, each kept as the 128-bit MurmurHash3 (x64) of its UTF-8
+ * bytes in an open-addressing table of longs: 16 bytes an id, no object per id. Two distinct
+ * ids share a hash with probability about n² / 2¹²⁹ for n ids in a window (10⁻²⁵ for a
+ * million), the only way an event could be taken for a duplicate.
+ */
+public final class IdSet {
+
+    private static final int MIN_SLOTS = 16;
+
+    /** Two longs per slot; a slot of two zeros is empty (a hash of two zeros is nudged). */
+    public long[] slots = new long[2 * MIN_SLOTS];
+
+    public int size;
+
+    /** Adds the id; false when it was there already. */
+    public boolean add(byte[] id) {
+        long[] hash = murmur3x64(id);
+        long h1 = hash[0];
+        long h2 = hash[1];
+        if (h1 == 0 && h2 == 0) {
+            h2 = 1;
+        }
+        if (2 * (size + 1) > slots.length / 2) {
+            grow();
+        }
+        if (!insert(slots, h1, h2)) {
+            return false;
+        }
+        size++;
+        return true;
+    }
+
+    private static boolean insert(long[] table, long h1, long h2) {
+        int mask = table.length / 2 - 1;
+        int slot = (int) h1 & mask;
+        while (true) {
+            long a = table[2 * slot];
+            long b = table[2 * slot + 1];
+            if (a == 0 && b == 0) {
+                table[2 * slot] = h1;
+                table[2 * slot + 1] = h2;
+                return true;
+            }
+            if (a == h1 && b == h2) {
+                return false;
+            }
+            slot = (slot + 1) & mask;
+        }
+    }
+
+    private void grow() {
+        long[] bigger = new long[slots.length * 2];
+        for (int i = 0; i < slots.length; i += 2) {
+            if (slots[i] != 0 || slots[i + 1] != 0) {
+                insert(bigger, slots[i], slots[i + 1]);
+            }
+        }
+        slots = bigger;
+    }
+
+    /** MurmurHash3_x64_128 with seed 0: {h1, h2}. */
+    @SuppressWarnings("fallthrough")
+    static long[] murmur3x64(byte[] data) {
+        final long c1 = 0x87c37b91114253d5L;
+        final long c2 = 0x4cf5ad432745937fL;
+        long h1 = 0;
+        long h2 = 0;
+        int blocks = data.length / 16;
+        for (int i = 0; i < blocks; i++) {
+            long k1 = getLong(data, i * 16);
+            long k2 = getLong(data, i * 16 + 8);
+            k1 *= c1;
+            k1 = Long.rotateLeft(k1, 31);
+            k1 *= c2;
+            h1 ^= k1;
+            h1 = Long.rotateLeft(h1, 27);
+            h1 += h2;
+            h1 = h1 * 5 + 0x52dce729;
+            k2 *= c2;
+            k2 = Long.rotateLeft(k2, 33);
+            k2 *= c1;
+            h2 ^= k2;
+            h2 = Long.rotateLeft(h2, 31);
+            h2 += h1;
+            h2 = h2 * 5 + 0x38495ab5;
+        }
+        int tail = blocks * 16;
+        long k1 = 0;
+        long k2 = 0;
+        switch (data.length & 15) {
+            case 15: k2 ^= (long) (data[tail + 14] & 0xff) << 48; // fall through
+            case 14: k2 ^= (long) (data[tail + 13] & 0xff) << 40; // fall through
+            case 13: k2 ^= (long) (data[tail + 12] & 0xff) << 32; // fall through
+            case 12: k2 ^= (long) (data[tail + 11] & 0xff) << 24; // fall through
+            case 11: k2 ^= (long) (data[tail + 10] & 0xff) << 16; // fall through
+            case 10: k2 ^= (long) (data[tail + 9] & 0xff) << 8; // fall through
+            case 9:
+                k2 ^= data[tail + 8] & 0xff;
+                k2 *= c2;
+                k2 = Long.rotateLeft(k2, 33);
+                k2 *= c1;
+                h2 ^= k2;
+                // fall through
+            case 8: k1 ^= (long) (data[tail + 7] & 0xff) << 56; // fall through
+            case 7: k1 ^= (long) (data[tail + 6] & 0xff) << 48; // fall through
+            case 6: k1 ^= (long) (data[tail + 5] & 0xff) << 40; // fall through
+            case 5: k1 ^= (long) (data[tail + 4] & 0xff) << 32; // fall through
+            case 4: k1 ^= (long) (data[tail + 3] & 0xff) << 24; // fall through
+            case 3: k1 ^= (long) (data[tail + 2] & 0xff) << 16; // fall through
+            case 2: k1 ^= (long) (data[tail + 1] & 0xff) << 8; // fall through
+            case 1:
+                k1 ^= data[tail] & 0xff;
+                k1 *= c1;
+                k1 = Long.rotateLeft(k1, 31);
+                k1 *= c2;
+                h1 ^= k1;
+                // fall through
+            default:
+                break;
+        }
+        h1 ^= data.length;
+        h2 ^= data.length;
+        h1 += h2;
+        h2 += h1;
+        h1 = fmix(h1);
+        h2 = fmix(h2);
+        h1 += h2;
+        h2 += h1;
+        return new long[] {h1, h2};
+    }
+
+    private static long getLong(byte[] b, int i) {
+        return (b[i] & 0xffL)
+                | (b[i + 1] & 0xffL) << 8
+                | (b[i + 2] & 0xffL) << 16
+                | (b[i + 3] & 0xffL) << 24
+                | (b[i + 4] & 0xffL) << 32
+                | (b[i + 5] & 0xffL) << 40
+                | (b[i + 6] & 0xffL) << 48
+                | (b[i + 7] & 0xffL) << 56;
+    }
+
+    private static long fmix(long k) {
+        k ^= k >>> 33;
+        k *= 0xff51afd7ed558ccdL;
+        k ^= k >>> 33;
+        k *= 0xc4ceb9fe1a85ec53L;
+        k ^= k >>> 33;
+        return k;
+    }
+}
