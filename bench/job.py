@@ -58,9 +58,16 @@ from anchorwatch.stack.stack import private_kafka
 MIN = 60_000
 
 
-def load_events(settings: JobSettings, n: int, event_rate: int, seed: int = 5) -> float:
+def load_events(
+    settings: JobSettings,
+    n: int,
+    event_rate: int,
+    seed: int = 5,
+    windows: set[tuple[str, int]] | None = None,
+) -> float:
     """Produce n events (keyed by doc type) whose event time advances as a stream sustaining
-    `event_rate` events/s would; returns the produce rate."""
+    `event_rate` events/s would; returns the produce rate. ``windows`` collects each
+    (doc type, window start) the events fall in."""
     traffic = generate(TrafficConfig(seed=seed, minutes=20, doc_types=16, rate_scale=3.0))
     pool = [orjson.loads(r.raw) for r in traffic.records() if r.event is not None]
     start = pool[0]["event_time_ms"] - pool[0]["event_time_ms"] % MIN
@@ -73,6 +80,8 @@ def load_events(settings: JobSettings, n: int, event_rate: int, seed: int = 5) -
         cycle = i // len(pool)
         record["event_id"] = f"{record['event_id']}-{cycle}"
         record["event_time_ms"] = start + i * 1000 // event_rate
+        if windows is not None:
+            windows.add((record["doc_type"], record["event_time_ms"] // MIN * MIN))
         while True:
             try:
                 producer.produce(settings.topics.snapshots, orjson.dumps(record),

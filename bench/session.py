@@ -1,0 +1,171 @@
+"""The drift job on a Flink session cluster at full speed: the TaskManager's memory against
+its configured process size.
+
+    .venv/bin/python -m bench.session --events 6000000
+    .venv/bin/python -m bench.session --events 6000000 --tm-memory 1728m --event-rate 100000
+
+1. Starts Kafka and a Flink session cluster of its own (free ports, a temporary directory;
+   one TaskManager of `--tm-memory` process memory, the stack's default, with two slots).
+2. Loads N snapshot events whose event time advances as in a stream of `--event-rate`
+   events/s (so each one-minute window holds event-rate x 60 events and their ids), then one
+   event per doc type a window later, which closes every window.
+3. Submits the drift job (parallelism 2, from the earliest offset): it reads the backlog as
+   fast as it can, which is the highest rate it sustains here.
+4. Samples the TaskManager's RSS (the JVM alone; its Python workers are separate processes,
+   reported apart) every 0.2 s until every window's verdict is on the verdicts topic, and
+   prints the rate, the peak RSS against the configured process memory, the GC time, and
+   whether the job restarted (an OutOfMemoryError restarts it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import psutil
+import requests
+from confluent_kafka import Consumer, Producer
+
+from anchorwatch import slice as flow
+from anchorwatch.jobs import cluster, drift_job
+from anchorwatch.jobs.settings import JobSettings
+from anchorwatch.kafkaio import client_config
+from anchorwatch.stack.stack import Stack
+from bench.job import MIN, load_events
+from tests.support.stack import stack_on_free_ports
+
+
+def gc_seconds(pid: int) -> float:
+    """Total GC time of a JVM so far (jstat's GCT)."""
+    lines = subprocess.run(["jstat", "-gcutil", str(pid)], capture_output=True, text=True,
+                           check=True).stdout.split("\n")  # fmt: skip
+    head, values = lines[0].split(), lines[1].split()
+    return float(values[head.index("GCT")])
+
+
+class Peak:
+    """Peak RSS of a process and, apart, of its children, sampled until stopped."""
+
+    def __init__(self, pid: int) -> None:
+        self.proc = psutil.Process(pid)
+        self.jvm = 0
+        self.workers = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            try:
+                self.jvm = max(self.jvm, self.proc.memory_info().rss)
+                kids = sum(c.memory_info().rss for c in self.proc.children(recursive=True))
+                self.workers = max(self.workers, kids)
+            except psutil.Error:
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def windows_on_topic(settings: JobSettings, want: int, timeout_s: float) -> float:
+    """Wait until ``want`` verdicts are on the verdicts topic; returns when the last came."""
+    group = f"bench-session-{time.time_ns()}"
+    consumer = Consumer(
+        client_config(settings.kafka, **{"group.id": group, "auto.offset.reset": "earliest"})
+    )
+    consumer.subscribe([settings.topics.verdicts])
+    seen = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        while seen < want:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"only {seen} of {want} verdicts within {timeout_s:.0f}s")
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                seen += 1
+        return time.perf_counter()
+    finally:
+        consumer.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=6_000_000)
+    parser.add_argument("--event-rate", type=int, default=100_000)
+    parser.add_argument("--tm-memory", default="1728m", help="TaskManager process memory")
+    parser.add_argument("--parallelism", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="anchorwatch-bench-session-") as tmp:
+        stack = stack_on_free_ports(Path(tmp), flink=True,
+                                    stack={"flink_taskmanager_memory": args.tm_memory})  # fmt: skip
+        stack.up(with_flink=True)
+        try:
+            run(stack, args)
+        finally:
+            stack.down()
+
+
+def close_windows(settings: JobSettings, windows: set[tuple[str, int]]) -> None:
+    """One event per doc type a window and the watermark delay after the last: the watermark
+    passes every loaded window."""
+    end = max(start for _, start in windows) + 2 * MIN + settings.job.watermark_delay_ms
+    producer = Producer(client_config(settings.kafka))
+    for doc_type in sorted({d for d, _ in windows}):
+        record = {"event_id": f"closer-{doc_type}", "event_time_ms": end, "doc_type": doc_type,
+                  "snapshot_status": "active", "anchor_count": 0, "anchors": [],
+                  "mean_drift": 0.0, "max_drift": 0.0, "max_kl_divergence": 0.0,
+                  "resample_count": 0}  # fmt: skip
+        producer.produce(settings.topics.snapshots, orjson.dumps(record), doc_type.encode())
+    producer.flush()
+
+
+def run(stack: Stack, args: argparse.Namespace) -> None:
+    base = JobSettings.load(kafka={"bootstrap_servers": stack.kafka.bootstrap},
+                            job={"parallelism": args.parallelism,
+                                 "startup_mode": "earliest-offset"})  # fmt: skip
+    settings = base.model_copy(
+        update={"topics": flow.run_scoped_topics(base.topics, flow.new_run_id())}
+    )
+    flow.create_topics(settings)
+    windows: set[tuple[str, int]] = set()
+    rate = load_events(settings, args.events, args.event_rate, windows=windows)
+    close_windows(settings, windows)
+    print(f"loaded {args.events:,} events at {rate:,.0f}/s; {len(windows):,} windows to judge",
+          flush=True)  # fmt: skip
+    jar = flow.fetch_artifacts(settings).flink_jobs_jar()
+    [tm] = stack.flink.task_managers()
+    gc_before = gc_seconds(tm.pid)
+    peak = Peak(tm.pid)
+    rest = cluster.FlinkRest(stack.flink.address)
+    job = cluster.submit(stack.flink.address, jar, parallelism=args.parallelism,
+                         env={drift_job.SETTINGS_ENV: settings.model_dump_json()})  # fmt: skip
+    while not rest.running(job):
+        time.sleep(0.2)
+    started = time.perf_counter()
+    try:
+        done = windows_on_topic(settings, len(windows), timeout_s=1800)
+    finally:
+        peak.stop()
+        restarts = requests.get(f"{rest.base}/jobs/{job}", timeout=10).json()
+        rest.cancel(job)
+    gc = gc_seconds(tm.pid) - gc_before
+    wall = done - started
+    configured = psutil.Process(tm.pid).cmdline()
+    heap = next((w for w in configured if w.startswith("-Xmx")), "?")
+    print(f"drift job on the session cluster: {args.events:,} events in {wall:.1f} s = "
+          f"{args.events / wall:,.0f} events/s (from its tasks running to the last verdict)",
+          flush=True)  # fmt: skip
+    print(f"TaskManager ({args.tm_memory} process memory, heap {heap}): peak RSS "
+          f"{peak.jvm / 2**20:,.0f} MiB; its Python workers {peak.workers / 2**20:,.0f} MiB; "
+          f"GC {gc:.1f} s; job state {restarts.get('state')}, "
+          f"{restarts.get('status-counts', {})}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
