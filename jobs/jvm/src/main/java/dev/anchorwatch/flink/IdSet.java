@@ -2,7 +2,8 @@ package dev.anchorwatch.flink;
 
 /**
  * The event ids seen in one window, each kept as the 128-bit MurmurHash3 (x64) of its UTF-8
- * bytes in an open-addressing table of longs: 16 bytes an id, no object per id. Two distinct
+ * bytes in an open-addressing table of longs, at most three quarters full: 16 bytes a slot,
+ * 21-43 bytes an id, no object per id. Two distinct
  * ids share a hash with probability about n² / 2¹²⁹ for n ids in a window (10⁻²⁵ for a
  * million), the only way an event could be taken for a duplicate.
  */
@@ -23,7 +24,8 @@ public final class IdSet {
         if (h1 == 0 && h2 == 0) {
             h2 = 1;
         }
-        if (2 * (size + 1) > slots.length / 2) {
+        // Kept at most three quarters full: memory counts more than a few more probes here.
+        if (4 * (size + 1) > 3 * (slots.length / 2)) {
             grow();
         }
         if (!insert(slots, h1, h2)) {
