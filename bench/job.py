@@ -35,6 +35,7 @@ job over the same topic, in one run on this machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import statistics
 import subprocess
@@ -56,6 +57,14 @@ from anchorwatch.kafkaio import client_config
 from anchorwatch.stack.stack import private_kafka
 
 MIN = 60_000
+
+
+def snapshot(event_id: str, doc_type: str, event_time_ms: int) -> bytes:
+    """A valid snapshot without anchors: an event that only moves the watermark."""
+    return orjson.dumps({
+        "event_id": event_id, "event_time_ms": event_time_ms, "doc_type": doc_type,
+        "snapshot_status": "active", "anchor_count": 0, "anchors": [], "mean_drift": 0.0,
+        "max_drift": 0.0, "max_kl_divergence": 0.0, "resample_count": 0})  # fmt: skip
 
 
 def load_events(
@@ -142,13 +151,15 @@ def topic_size(settings: JobSettings, topic: str) -> int:
 
 
 class Watch:
-    """While a run lasts, samples the mini-cluster JVM (this process's Java child, the
-    TaskManager here) and the Python workers it starts: the JVM's peak RSS, and the CPU
-    seconds all of them spend. CPU per event is the figure other load on the machine
-    disturbs least."""
+    """While a run lasts, samples a JVM and the Python workers it starts (by default this
+    process's Java child, the mini-cluster's TaskManager; or the process ``pid``): the JVM's
+    peak RSS, its workers' peak RSS together, and the CPU seconds all of them spend. CPU per
+    event is the figure other load on the machine disturbs least."""
 
-    def __init__(self) -> None:
+    def __init__(self, pid: int | None = None) -> None:
+        self.pid = pid
         self.peak_rss = 0
+        self.peak_workers_rss = 0
         self._start: dict[int, float] = {}
         self._last: dict[int, float] = {}
         self._stop = threading.Event()
@@ -156,24 +167,38 @@ class Watch:
 
     def _processes(self) -> list[psutil.Process]:
         out = []
-        for child in psutil.Process().children():
-            try:
-                # Not the broker (also a Java child here): both jobs read the same records.
-                if "java" in child.name() and "kafka.Kafka" not in child.cmdline():
-                    out += [child, *child.children(recursive=True)]
-            except psutil.Error:
-                pass
+        for root in self._roots():
+            with contextlib.suppress(psutil.Error):
+                out += [root, *root.children(recursive=True)]
         return out
 
+    def _roots(self) -> list[psutil.Process]:
+        roots = []
+        if self.pid is not None:
+            with contextlib.suppress(psutil.Error):
+                roots.append(psutil.Process(self.pid))
+            return roots
+        for child in psutil.Process().children():
+            # Not the broker (also a Java child here): both jobs read the same records.
+            with contextlib.suppress(psutil.Error):
+                if "java" in child.name() and "kafka.Kafka" not in child.cmdline():
+                    roots.append(child)
+        return roots
+
     def _sample(self) -> None:
+        workers = 0
         for proc in self._processes():
             try:
                 cpu = proc.cpu_times()
                 self._last[proc.pid] = cpu.user + cpu.system
+                rss = proc.memory_info().rss
                 if "java" in proc.name():
-                    self.peak_rss = max(self.peak_rss, proc.memory_info().rss)
+                    self.peak_rss = max(self.peak_rss, rss)
+                else:
+                    workers += rss
             except psutil.Error:
                 pass
+        self.peak_workers_rss = max(self.peak_workers_rss, workers)
 
     def _run(self) -> None:
         while not self._stop.wait(0.2):
@@ -267,17 +292,14 @@ def latency(settings: JobSettings, jar: Path, samples: int) -> list[float]:
     consumer.subscribe([s.topics.verdicts])
     producer = Producer(client_config(s.kafka, **{"linger.ms": 0}))
     base = 1_900_000_000_000 - 1_900_000_000_000 % MIN
-    template = {"event_id": "", "doc_type": "latency", "snapshot_status": "active",
-                "anchor_count": 0, "anchors": [], "mean_drift": 0.0, "max_drift": 0.0,
-                "max_kl_divergence": 0.0, "resample_count": 0}  # fmt: skip
     out: list[float] = []
     try:
         time.sleep(15)  # the job's readers join the topic (they start at the latest offset)
         for i in range(samples + 2):
             # One event in window i, then one in window i+1 that closes window i.
             for t in (base + i * MIN + 1, base + (i + 1) * MIN + 1):
-                rec = {**template, "event_id": f"l{i}-{t}", "event_time_ms": t}
-                producer.produce(s.topics.snapshots, orjson.dumps(rec), b"latency")
+                record = snapshot(f"l{i}-{t}", "latency", t)
+                producer.produce(s.topics.snapshots, record, b"latency")
             producer.flush()
             sent = time.perf_counter()
             want = base + i * MIN

@@ -22,11 +22,9 @@ from __future__ import annotations
 import argparse
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import orjson
 import psutil
 import requests
 from confluent_kafka import Consumer, Producer
@@ -36,7 +34,7 @@ from anchorwatch.jobs import cluster, drift_job
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config
 from anchorwatch.stack.stack import Stack
-from bench.job import MIN, load_events
+from bench.job import MIN, Watch, load_events, snapshot
 from tests.support.stack import stack_on_free_ports
 
 
@@ -46,31 +44,6 @@ def gc_seconds(pid: int) -> float:
                            check=True).stdout.split("\n")  # fmt: skip
     head, values = lines[0].split(), lines[1].split()
     return float(values[head.index("GCT")])
-
-
-class Peak:
-    """Peak RSS of a process and, apart, of its children, sampled until stopped."""
-
-    def __init__(self, pid: int) -> None:
-        self.proc = psutil.Process(pid)
-        self.jvm = 0
-        self.workers = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            try:
-                self.jvm = max(self.jvm, self.proc.memory_info().rss)
-                kids = sum(c.memory_info().rss for c in self.proc.children(recursive=True))
-                self.workers = max(self.workers, kids)
-            except psutil.Error:
-                pass
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def restarts(rest: cluster.FlinkRest, job: str) -> int:
@@ -131,11 +104,8 @@ def close_windows(settings: JobSettings, windows: set[tuple[str, int]]) -> None:
     end = max(start for _, start in windows) + 2 * MIN + settings.job.watermark_delay_ms
     producer = Producer(client_config(settings.kafka))
     for doc_type in sorted({d for d, _ in windows}):
-        record = {"event_id": f"closer-{doc_type}", "event_time_ms": end, "doc_type": doc_type,
-                  "snapshot_status": "active", "anchor_count": 0, "anchors": [],
-                  "mean_drift": 0.0, "max_drift": 0.0, "max_kl_divergence": 0.0,
-                  "resample_count": 0}  # fmt: skip
-        producer.produce(settings.topics.snapshots, orjson.dumps(record), doc_type.encode())
+        record = snapshot(f"closer-{doc_type}", doc_type, end)
+        producer.produce(settings.topics.snapshots, record, doc_type.encode())
     producer.flush()
 
 
@@ -155,19 +125,18 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
     jar = flow.fetch_artifacts(settings).flink_jobs_jar()
     [tm] = stack.flink.task_managers()
     gc_before = gc_seconds(tm.pid)
-    peak = Peak(tm.pid)
     rest = cluster.FlinkRest(stack.flink.address)
-    job = cluster.submit(stack.flink.address, jar, parallelism=args.parallelism,
-                         env={drift_job.SETTINGS_ENV: settings.model_dump_json()})  # fmt: skip
-    while not rest.running(job):
-        time.sleep(0.2)
-    started = time.perf_counter()
-    try:
-        done = windows_on_topic(settings, len(windows), 1800, rest, job)
-    finally:
-        peak.stop()
-        restarted = restarts(rest, job)
-        rest.cancel(job)
+    with Watch(tm.pid) as peak:
+        job = cluster.submit(stack.flink.address, jar, parallelism=args.parallelism,
+                             env={drift_job.SETTINGS_ENV: settings.model_dump_json()})  # fmt: skip
+        while not rest.running(job):
+            time.sleep(0.2)
+        started = time.perf_counter()
+        try:
+            done = windows_on_topic(settings, len(windows), 1800, rest, job)
+        finally:
+            restarted = restarts(rest, job)
+            rest.cancel(job)
     gc = gc_seconds(tm.pid) - gc_before
     wall = done - started
     configured = psutil.Process(tm.pid).cmdline()
@@ -175,9 +144,10 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
     print(f"drift job on the session cluster: {args.events:,} events in {wall:.1f} s = "
           f"{args.events / wall:,.0f} events/s (from its tasks running to the last verdict)",
           flush=True)  # fmt: skip
-    print(f"TaskManager ({args.tm_memory} process memory, heap {heap}): peak RSS "
-          f"{peak.jvm / 2**20:,.0f} MiB; its Python workers {peak.workers / 2**20:,.0f} MiB; "
-          f"GC {gc:.1f} s; restarts {restarted}", flush=True)  # fmt: skip
+    jvm, workers = peak.peak_rss / 2**20, peak.peak_workers_rss / 2**20
+    print(f"TaskManager ({args.tm_memory} process memory, heap {heap}): peak RSS {jvm:,.0f} "
+          f"MiB; its Python workers {workers:,.0f} MiB; GC {gc:.1f} s; restarts {restarted}",
+          flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -77,16 +77,9 @@ public final class WindowFigures extends AggregateFunction<Row, WindowFigures.Ac
         if (Boolean.TRUE.equals(deduplicate) && !acc.ids.add(eventId.toBytes())) {
             return;
         }
-        add(acc, meanDrift, anchorCount, status, resampleCount, maxKlDivergence);
-    }
-
-    static void add(
-            Accumulator acc,
-            double drift,
-            int anchorCount,
-            StringData status,
-            Integer resampleCount,
-            Double maxKlDivergence) {
+        // The job passes only valid events: drift in [0, 1], anchor_count present.
+        double drift = meanDrift;
+        int anchors = anchorCount;
         acc.count++;
         acc.sum += drift;
         acc.sumOfSquares += drift * drift;
@@ -94,14 +87,14 @@ public final class WindowFigures extends AggregateFunction<Row, WindowFigures.Ac
         if (acc.steps == null) {
             acc.steps = new int[STEPS + 1];
         }
-        // As SQL's CAST(drift * 1000 + 0.5 AS BIGINT): drift is checked to lie in [0, 1].
+        // As SQL's CAST(drift * 1000 + 0.5 AS BIGINT).
         int step = (int) (drift * STEPS + 0.5);
         acc.steps[step] = Math.addExact(acc.steps[step], 1);
-        acc.anchors += anchorCount;
+        acc.anchors += anchors;
         if (DISABLED.equals(status)) {
             acc.disabled++;
         }
-        if (anchorCount == 0) {
+        if (anchors == 0) {
             acc.zeroAnchors++;
         }
         acc.resamples += resampleCount == null ? 0 : resampleCount;
@@ -115,10 +108,10 @@ public final class WindowFigures extends AggregateFunction<Row, WindowFigures.Ac
         }
         double n = acc.count;
         // VAR_POP as the planner rewrites it: (SUM(x * x) - SUM(x) * SUM(x) / COUNT(x)) / COUNT(x).
-        double variance = (acc.sumOfSquares - acc.sum * acc.sum / acc.count) / acc.count;
+        double variance = (acc.sumOfSquares - acc.sum * acc.sum / n) / n;
         return Row.of(
                 acc.count,
-                acc.sum / acc.count,
+                acc.sum / n,
                 acc.max,
                 percentile(acc.steps, acc.count, 0.95),
                 Math.sqrt(Math.max(variance, 0.0)),
@@ -126,7 +119,7 @@ public final class WindowFigures extends AggregateFunction<Row, WindowFigures.Ac
                 acc.disabled / n,
                 acc.zeroAnchors / n,
                 acc.anchors == 0 ? null : (double) acc.resamples / acc.anchors,
-                acc.klSum / acc.count);
+                acc.klSum / n);
     }
 
     /**
@@ -138,11 +131,9 @@ public final class WindowFigures extends AggregateFunction<Row, WindowFigures.Ac
         double position = q * (n - 1) + 1;
         long lower = (long) Math.floor(position);
         long higher = (long) Math.ceil(position);
-        int step = 0;
-        while (counts[step] == 0) {
-            step++;
-        }
-        long seen = counts[step];
+        // The smallest step at which the running count reaches the lower rank (at least 1).
+        int step = -1;
+        long seen = 0;
         while (seen < lower) {
             step++;
             seen += counts[step];
