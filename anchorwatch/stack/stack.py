@@ -19,7 +19,7 @@ from anchorwatch.stack.flink import JOBMANAGER_CLASS, FlinkCluster
 from anchorwatch.stack.jvm import fetch
 from anchorwatch.stack.kafka import KafkaCluster, formatted_size
 from anchorwatch.stack.processes import free_port, require_free_ports
-from anchorwatch.stack.topics import ensure_topics, replication_for
+from anchorwatch.stack.topics import ensure_topics, replication_for, topic_specs, wait_served
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,11 @@ class Stack:
             report["kafka"] = "already running"
         admin = AdminClient({"bootstrap.servers": self.kafka.bootstrap})
         report["topics"] = ensure_topics(admin, self.topics)
+        # Every node, not just the one that answered: a client may bootstrap from any.
+        partitions = {spec.name: spec.partitions for spec in topic_specs(self.topics)}
+        for node in self.kafka.nodes:
+            node_admin = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 0})
+            wait_served(node_admin, partitions, timeout_s=o.startup_timeout_s)
         if with_flink:
             t = time.monotonic()
             if not any(self.flink.pids().values()):

@@ -103,7 +103,48 @@ def ensure_topics(
                 outcome[name] = "exists"
                 continue
             raise StackError(f"creating topic {name} failed: {exc}") from None
+    wait_served(admin, {s.name: s.partitions for s in missing}, timeout_s=timeout_s)
     return outcome
+
+
+def unserved(admin: AdminClient, partitions: dict[str, int], *, timeout_s: float) -> list[str]:
+    """The topics of ``partitions`` ({name: count}) that the broker answering does not yet
+    serve: unknown, short of partitions, or with a partition that has no leader."""
+    out = []
+    for name, count in partitions.items():
+        topic = admin.list_topics(name, timeout=timeout_s).topics.get(name)
+        if (
+            topic is None
+            or topic.error is not None
+            or len(topic.partitions) < count
+            or any(p.leader < 0 or p.error is not None for p in topic.partitions.values())
+        ):
+            out.append(name)
+    return out
+
+
+def wait_served(admin: AdminClient, partitions: dict[str, int], *, timeout_s: float) -> None:
+    """Block until every topic of ``partitions`` is served with a leader per partition.
+
+    CreateTopics answers once the controller has the topic; the brokers learn of it a
+    moment later, and until then a metadata request may show it without partitions.
+    """
+    deadline = time.monotonic() + timeout_s
+    waiting = dict(partitions)
+    while True:
+        try:
+            left = set(unserved(admin, waiting, timeout_s=max(1.0, deadline - time.monotonic())))
+        except KafkaException:  # a broker still coming up: ask again
+            left = set(waiting)
+        waiting = {n: c for n, c in waiting.items() if n in left}
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
+            raise StackError(
+                f"topics created but not served with a leader per partition within "
+                f"{timeout_s:.0f}s: {', '.join(sorted(waiting))}"
+            )
+        time.sleep(0.2)
 
 
 def topic_message_bytes(admin: AdminClient, names: list[str], timeout_s: float) -> dict[str, int]:

@@ -69,9 +69,14 @@ def test_three_brokers_keep_acks_all_writes_through_a_killed_node_and_up_restore
     topic = s.settings.topics.snapshots
     assert {k: v for k, v in _running(s).items() if k.startswith("kafka")} == {
         "kafka-1": True, "kafka-2": True, "kafka-3": True}  # fmt: skip
+    # `up` returns once every node serves the topic: any of them may be a client's bootstrap.
+    for node in s.kafka.nodes:
+        served = AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(topic, timeout=10)
+        partitions = served.topics[topic].partitions
+        assert len(partitions) == s.settings.topics.partitions
+        assert {len(p.replicas) for p in partitions.values()} == {3}
+        assert all(p.leader >= 0 for p in partitions.values())
     admin = AdminClient({"bootstrap.servers": s.kafka.bootstrap})
-    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
-    assert {len(p.replicas) for p in partitions.values()} == {3}
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     config = admin.describe_configs([resource])[resource].result(timeout=10)
     assert config["min.insync.replicas"].value == "2"
