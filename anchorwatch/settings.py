@@ -79,6 +79,14 @@ class KafkaSettings(Section):
 
 class TopicSettings(Section):
     snapshots: str = Field("anchorwatch.snapshots", description="Validated snapshot events.")
+    summaries: str = Field(
+        "",
+        description="Each accepted snapshot without its anchor log (SnapshotSummary, about "
+        "a tenth of its size), written by the connectors next to the full event; when set, "
+        "the drift job reads this topic instead of the snapshots topic. Empty: not written, "
+        "the job reads the full snapshots. Set it only when every producer of snapshots "
+        "writes their summaries too (anchorwatch's connectors do).",
+    )
     dead_letter: str = Field(
         "anchorwatch.dead-letter", description="Rejected input, with the raw record and reason."
     )
@@ -108,6 +116,16 @@ class TopicSettings(Section):
         if not value or len(value) > 249 or not all(c.isalnum() or c in "._-" for c in value):
             raise ValueError("must be 1-249 characters of letters, digits, '.', '_' or '-'")
         return value
+
+    @field_validator("summaries")
+    @classmethod
+    def _legal_or_empty_topic(cls, value: str) -> str:
+        return value and cls._legal_topic(value)
+
+    @property
+    def drift_input(self) -> str:
+        """The topic the drift job reads: the summaries when they are written."""
+        return self.summaries or self.snapshots
 
 
 def _default_cache_dir() -> Path:

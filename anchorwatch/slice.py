@@ -34,8 +34,12 @@ WindowKey = tuple[str, int]  # (doc type, window start ms)
 
 def run_scoped_topics(base: TopicSettings, run_id: str) -> TopicSettings:
     """Topic names private to one run, so runs never read each other's records."""
-    names = ("snapshots", "dead_letter", "windows", "verdicts", "baselines", "drift_events")
-    return base.model_copy(update={n: f"{getattr(base, n)}.{run_id}" for n in names})
+    names = ("snapshots", "summaries", "dead_letter", "windows", "verdicts", "baselines",
+             "drift_events")  # fmt: skip
+    # An empty name (summaries not written) stays empty.
+    return base.model_copy(
+        update={n: f"{getattr(base, n)}.{run_id}" for n in names if getattr(base, n)}
+    )
 
 
 def new_run_id() -> str:
@@ -200,7 +204,9 @@ def private_topics(base: JobSettings) -> Iterator[JobSettings]:
 
 def delete_topics(settings: JobSettings) -> None:
     t = settings.topics
-    names = [t.snapshots, t.dead_letter, t.windows, t.verdicts, t.baselines, t.drift_events]
+    names = [t.snapshots, t.summaries, t.dead_letter, t.windows, t.verdicts, t.baselines,
+             t.drift_events]  # fmt: skip
+    names = [n for n in names if n]
     admin = AdminClient(client_config(settings.kafka))
     for future in admin.delete_topics(names, operation_timeout=30).values():
         try:

@@ -44,7 +44,7 @@ from anchorwatch.connectors.publisher import (
 )
 from anchorwatch.connectors.records import Rejected
 from anchorwatch.connectors.settings import IngestOptions
-from anchorwatch.connectors.validation import Accepted
+from anchorwatch.connectors.validation import Accepted, summary_of
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.kafkaio import client_config, producer_max_bytes, record_limit
 from anchorwatch.settings import KafkaSettings, TopicSettings
@@ -53,6 +53,8 @@ from anchorwatch.stack.topics import topic_message_bytes
 log = logging.getLogger(__name__)
 
 _ERRORS_KEPT: Final = 3
+# One record for librdkafka's produce_batch: key, value (and "_error" once refused).
+_Message = dict[str, Any]
 # Records Kafka acknowledged in requests that failed as a whole, kept so that the client's
 # retry of such a request does not write them twice (see AckingProducer.send).
 _WRITTEN_TTL_S: Final = 600.0
@@ -196,8 +198,9 @@ class AckingProducer:
         self._poller: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._written = Acknowledged()
-        # Requests whose records wait for the next round: (acks, events, dead letters).
-        self._waiting: list[tuple[_Acks, list[dict[str, Any]], list[dict[str, Any]]]] = []
+        # Requests whose records wait for the next round: (acks, events, their summaries,
+        # dead letters).
+        self._waiting: list[tuple[_Acks, list[_Message], list[_Message], list[_Message]]] = []
         self._rounds = 0  # rounds in flight
         message_timeout_ms = int(options.ack_timeout_s * 1000)
         self._producer = Producer(
@@ -253,7 +256,7 @@ class AckingProducer:
     def _check_topic_sizes(self, timeout_s: float) -> None:
         """Raise, naming the topic, when Kafka would refuse records this service may write:
         the chain is contract maximum <= message.max.bytes <= each topic's max.message.bytes."""
-        names = [self._topics.snapshots, self._topics.dead_letter]
+        names = self._written_topics()
         admin = AdminClient(client_config(self._kafka))
         want = self._topics.max_message_bytes
         for name, size in topic_message_bytes(admin, names, timeout_s).items():
@@ -280,9 +283,13 @@ class AckingProducer:
             self._topics_checked = False  # again when Kafka next comes back
             log.warning("could not check the topics yet", extra={"error": str(exc)})
 
+    def _written_topics(self) -> list[str]:
+        t = self._topics
+        return [t.snapshots, *([t.summaries] if t.summaries else []), t.dead_letter]
+
     def _missing_topics(self, timeout_s: float) -> list[str]:
         missing = []
-        for topic in (self._topics.snapshots, self._topics.dead_letter):
+        for topic in self._written_topics():
             # A topic created a moment ago may not be in every broker's metadata yet.
             for attempt in range(6):
                 info = self._producer.list_topics(topic, timeout=timeout_s).topics.get(topic)
@@ -343,6 +350,12 @@ class AckingProducer:
         events: list[dict[str, Any]] = [
             {"key": a.doc_type.encode(), "value": a.value} for a in accepted
         ]
+        # Each event's summary, in the same order (none when the topic is not set).
+        summaries: list[dict[str, Any]] = (
+            [{"key": m["key"], "value": summary_of(m["value"])} for m in events]
+            if self._topics.summaries
+            else []
+        )
         letters: list[dict[str, Any]] = []
         if rejected:
             now = int(time.time() * 1000)
@@ -350,8 +363,8 @@ class AckingProducer:
             letters = [
                 {"value": dead_letter_value(r.raw, r.error, source, now, limit)} for r in rejected
             ]
-        count = len(events) + len(letters)
-        size = sum([len(a.value) for a in accepted]) + sum([len(m["value"]) for m in letters])
+        count = len(events) + len(summaries) + len(letters)
+        size = sum([len(m["value"]) for batch in (events, summaries, letters) for m in batch])
         o = self._options
         if self._inflight_records and (
             self._inflight_records + count > o.max_inflight_records
@@ -368,7 +381,7 @@ class AckingProducer:
         self._inflight(count, size)
         self._wake.set()
         started = time.perf_counter()
-        entry = (acks, events, letters)
+        entry = (acks, events, summaries, letters)
         self._waiting.append(entry)
         try:
             self._start_round()
@@ -378,7 +391,17 @@ class AckingProducer:
             await asyncio.wait_for(asyncio.shield(acks.future), o.ack_timeout_s * 3 + 5)
             failed = acks.failed + count - (acks.expected or 0)
             if failed:
-                unwritten = acks.failed_values | {m["value"] for m in events if "_error" in m}
+                lost = acks.failed_values | {
+                    m["value"] for batch in (events, summaries) for m in batch if "_error" in m
+                }
+                # An event counts as written only with its summary: the retry writes both.
+                unwritten = {m["value"] for m in events if m["value"] in lost}
+                if summaries:
+                    unwritten |= {
+                        e["value"]
+                        for e, m in zip(events, summaries, strict=True)
+                        if m["value"] in lost
+                    }
                 self._written.remember(accepted, unwritten, time.monotonic())
         except TimeoutError:
             acks.errors.append("no delivery report in time")
@@ -412,10 +435,14 @@ class AckingProducer:
             return
         waiting, self._waiting = self._waiting, []
         round_ = _Round(self._round_done)
-        for acks, events, letters in waiting:
+        for acks, events, summaries, letters in waiting:
             acks.round = round_
             produced = 0
-            batches = [(self._topics.snapshots, events), (self._topics.dead_letter, letters)]
+            batches = [
+                (self._topics.snapshots, events),
+                (self._topics.summaries, summaries),
+                (self._topics.dead_letter, letters),
+            ]
             for i, (topic, messages) in enumerate(batches):
                 if not messages:
                     continue

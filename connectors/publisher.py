@@ -19,7 +19,7 @@ import annotated_types
 from confluent_kafka import KafkaError, Message, Producer
 from pydantic import BaseModel
 
-from anchorwatch.connectors.validation import Accepted
+from anchorwatch.connectors.validation import Accepted, summary_of
 from anchorwatch.contracts import (
     AnchorSnapshot,
     ContractError,
@@ -104,7 +104,8 @@ class DeliveryError(AnchorwatchError):
 class PublishStats:
     accepted: int = 0
     rejected: int = 0
-    delivered: int = 0
+    summaries: int = 0  # of accepted events, on the summaries topic (when it is set)
+    delivered: int = 0  # records acknowledged: events, summaries and dead letters
     failed: int = 0
     reject_reasons: dict[str, int] = field(default_factory=dict)  # first bad field -> count
     errors: list[str] = field(default_factory=list)  # first few delivery errors
@@ -199,13 +200,18 @@ class SnapshotPublisher:
         return event
 
     def publish(self, event: SnapshotEvent) -> None:
-        self.stats.accepted += 1
-        self._produce(self._topics.snapshots, event.doc_type.encode(), encode(event))
+        self._publish(event.doc_type.encode(), encode(event))
 
     def publish_record(self, record: Accepted) -> None:
         """Produce an event that is already validated and encoded."""
+        self._publish(record.doc_type.encode(), record.value)
+
+    def _publish(self, key: bytes, value: bytes) -> None:
         self.stats.accepted += 1
-        self._produce(self._topics.snapshots, record.doc_type.encode(), record.value)
+        self._produce(self._topics.snapshots, key, value)
+        if self._topics.summaries:
+            self.stats.summaries += 1
+            self._produce(self._topics.summaries, key, summary_of(value))
 
     def reject(self, raw: bytes, error: ContractError) -> None:
         self.stats.rejected += 1
@@ -235,7 +241,7 @@ class SnapshotPublisher:
     def flush(self, timeout_s: float = 60) -> PublishStats:
         """Wait for every acknowledgement; raise DeliveryError if any record is not in Kafka."""
         left = self._producer.flush(timeout_s)
-        expected = self.stats.accepted + self.stats.rejected
+        expected = self.stats.accepted + self.stats.rejected + self.stats.summaries
         if left or self.stats.failed or self.stats.delivered != expected:
             raise DeliveryError(
                 f"{self.stats.delivered} of {expected} records acknowledged by Kafka "

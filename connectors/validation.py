@@ -51,6 +51,24 @@ class Accepted(NamedTuple):
     value: bytes
 
 
+_ANCHORS_MEMBER: Final = b',"anchors":['
+_AFTER_ANCHORS: Final = b'],"'
+
+
+def summary_of(value: bytes) -> bytes:
+    """The summaries-topic record (``SnapshotSummary``) of an encoded snapshot event: its
+    bytes with the ``anchors`` member cut out, equal to ``encode(SnapshotSummary.of(e))``.
+
+    Sound on what ``contracts.encode`` (or the compiled path) writes: compact JSON, the
+    anchors member after ``anchor_count``. Inside a JSON string every ``"`` is escaped, so
+    ``,"anchors":[`` and ``],"`` with a bare quote only occur as structure, and an anchor
+    object holds no array: the first ``],"`` after the member closes it.
+    """
+    start = value.index(_ANCHORS_MEMBER)
+    end = value.index(_AFTER_ANCHORS, start + len(_ANCHORS_MEMBER) - 1)
+    return value[:start] + value[end + 1 :]
+
+
 class ContractChanged(ImportError):
     """SnapshotEvent changed in a way the compiled fast path does not know about."""
 

@@ -162,7 +162,8 @@ def declare_tables(t_env: StreamTableEnvironment, settings: JobSettings, *, boun
             .watermark("event_time", f"event_time - {seconds(delay_s)}")
             .build()
         )
-        .option("topic", topics.snapshots)
+        # The summaries when they are written (the same fields, without the anchor log).
+        .option("topic", topics.drift_input)
         .option("properties.group.id", o.group_id)
         .option("scan.startup.mode", start)
         .option("properties.auto.offset.reset", "earliest")
@@ -286,7 +287,7 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
     valid = f"{UNPARSABLE} IS NULL AND NOT ({invalid_condition()})"
     nulls = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in _NULL_FIGURES)
     source = (
-        f"CONCAT('drift-job:', '{settings.topics.snapshots}', '/', "
+        f"CONCAT('drift-job:', '{settings.topics.drift_input}', '/', "
         "CAST(kafka_partition AS STRING), '@', CAST(kafka_offset AS STRING))"
     )
     # Only validated integers, topic names ([a-zA-Z0-9._-]) and constant text are

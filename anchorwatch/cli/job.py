@@ -48,7 +48,7 @@ def job_run(ctx: click.Context, /, bounded: bool, savepoint: str | None, **opts:
     artifacts, _ = fetch(settings.jvm.cache_dir)
     jvm = cluster.bound_local_memory(settings.job)
     click.echo(
-        f"drift job on the local mini-cluster ({' '.join(jvm)}): {settings.topics.snapshots} "
+        f"drift job on the local mini-cluster ({' '.join(jvm)}): {settings.topics.drift_input} "
         f"-> {settings.topics.verdicts}" + (" (bounded)" if bounded else ""),
         err=True,
     )

@@ -153,6 +153,28 @@ class SnapshotEvent(_Contract):
         return sum(1 for a in self.anchors if a.recommendation == RESAMPLE)
 
 
+class SnapshotSummary(_Contract):
+    """A snapshot event without its anchor log: what the drift job reads, on the summaries
+    topic (``topics.summaries``) next to the full event on the snapshots topic. Its JSON is
+    the event's own encoding with the ``anchors`` member cut out, so the request-level
+    figures here are the ones computed from that log (stored, not recomputed)."""
+
+    event_id: Identifier = Field(description="The snapshot event's event_id.")
+    event_time_ms: EpochMillis
+    doc_type: DocType
+    snapshot_status: SnapshotStatus
+    anchor_count: int = Field(ge=0, le=100_000)
+    source: str | None = Field(default=None, max_length=200)
+    mean_drift: Probability
+    max_drift: Probability
+    max_kl_divergence: NonNegative
+    resample_count: int = Field(ge=0, le=10_000)
+
+    @classmethod
+    def of(cls, event: SnapshotEvent) -> SnapshotSummary:
+        return cls.model_validate(event.model_dump(exclude={"anchors"}))
+
+
 class WindowAggregate(_Contract):
     """Per doc type, per event-time window: what the window saw."""
 

@@ -17,6 +17,7 @@ from anchorwatch.contracts.models import (
     DeadLetter,
     DriftEvent,
     SnapshotEvent,
+    SnapshotSummary,
     Verdict,
     WindowAggregate,
 )
@@ -26,6 +27,7 @@ SCHEMA_DIR = Path(__file__).parent / "schemas"
 #: file stem -> model; the stem plus the version is the schema's file name and $id.
 CONTRACTS: dict[str, type[BaseModel]] = {
     "snapshot-event": SnapshotEvent,
+    "snapshot-summary": SnapshotSummary,
     "window-aggregate": WindowAggregate,
     "verdict": Verdict,
     "baseline": Baseline,

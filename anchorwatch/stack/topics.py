@@ -51,6 +51,11 @@ def topic_specs(topics: TopicSettings) -> list[TopicSpec]:
     }
     specs = [
         TopicSpec(topics.snapshots, n, {"retention.ms": str(_WEEK_MS)}),
+        *(
+            [TopicSpec(topics.summaries, n, {"retention.ms": str(_WEEK_MS)})]
+            if topics.summaries
+            else []
+        ),
         # Rejects are evidence: keep them longer than the data they were meant to be.
         TopicSpec(topics.dead_letter, n, {"retention.ms": str(4 * _WEEK_MS)}),
         TopicSpec(topics.windows, n, {"retention.ms": str(8 * _WEEK_MS)}),

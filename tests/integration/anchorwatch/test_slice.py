@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 
 import orjson
 import pytest
+from confluent_kafka import Producer
 
 from anchorwatch import slice as flow
-from anchorwatch.contracts import decode
+from anchorwatch.connectors.validation import summary_of
+from anchorwatch.contracts import SnapshotSummary, decode, encode
 from anchorwatch.contracts.models import DeadLetter
 from anchorwatch.generator import TrafficConfig, generate
 from anchorwatch.jobs.settings import JobSettings
@@ -18,9 +21,28 @@ from anchorwatch.stack.stack import Stack
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
+@pytest.fixture(params=["snapshots", "summaries"])
+def settings(request: pytest.FixtureRequest, job_settings: JobSettings) -> Iterator[JobSettings]:
+    """The run's topics; with "summaries", the summaries topic is written and the job reads
+    it instead of the snapshots."""
+    if request.param == "snapshots":
+        yield job_settings
+        return
+    topics = job_settings.topics.model_copy(
+        update={"summaries": f"{job_settings.topics.snapshots}.summaries"}
+    )
+    with_summaries = job_settings.model_copy(update={"topics": topics})
+    flow.create_topics(with_summaries)
+    try:
+        yield with_summaries
+    finally:
+        flow.delete_topics(with_summaries)
+
+
 def test_windows_match_an_independent_computation_exactly(
-    stack: Stack, job_settings: JobSettings
+    stack: Stack, settings: JobSettings
 ) -> None:
+    job_settings = settings
     traffic = generate(
         TrafficConfig(
             seed=11,
@@ -58,6 +80,25 @@ def test_windows_match_an_independent_computation_exactly(
         assert orjson.loads(m.value or b"")["doc_type"] == m.key.decode()
         partitions.setdefault(m.key, set()).add(m.partition)
     assert all(len(p) == 1 for p in partitions.values())
+    if job_settings.topics.summaries:
+        # One summary per accepted event: its record without the anchors, on the same
+        # partition (the same key).
+        full = {orjson.loads(m.value or b"")["event_id"]: m
+                for m in read_topic(job_settings.kafka, job_settings.topics.snapshots)}  # fmt: skip
+        summaries = list(read_topic(job_settings.kafka, job_settings.topics.summaries))
+        assert len(summaries) == len(full) == len(accepted)
+        for m in summaries:
+            original = full[orjson.loads(m.value or b"")["event_id"]]
+            assert m.value == summary_of(original.value or b"")
+            assert (m.key, m.partition) == (original.key, original.partition)
+        # One more event on the summaries topic alone: the windows count it only if the job
+        # reads the summaries, not the snapshots.
+        extra = accepted[0].model_copy(update={"event_id": "summary-only", "anchors": []})
+        producer = Producer({"bootstrap.servers": job_settings.kafka.bootstrap_servers})
+        producer.produce(job_settings.topics.summaries, encode(SnapshotSummary.of(extra)),
+                         extra.doc_type.encode())  # fmt: skip
+        assert producer.flush(10) == 0
+        accepted.append(extra)
 
     flow.run_drift_job(job_settings, flow.fetch_artifacts(job_settings).flink_jobs_jar(), accepted)
     windows = [v.window for v in flow.read_verdicts(job_settings)]

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,53 +17,20 @@ from hypothesis import strategies as st
 
 from anchorwatch.cli.ingest import ingest
 from anchorwatch.connectors.server import IngestService
-from anchorwatch.connectors.settings import IngestSettings
-from anchorwatch.contracts import DeadLetter, SnapshotEvent, decode, encode
+from anchorwatch.contracts import DeadLetter, decode, encode
 from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
 from anchorwatch.jobs.settings import JobSettings
-from anchorwatch.kafkaio import Message, read_topic
+from tests.support.ingest import as_written as _as_written
+from tests.support.ingest import events as _events
+from tests.support.ingest import ingest_settings as _settings
+from tests.support.ingest import records as _records
+from tests.support.ingest import serving
 
 pytestmark = [pytest.mark.integration]
 
 DOC = "x-anthropic-doc-type"
 COUNT = "x-anthropic-anchor-count"
 LOG = "x-anthropic-snapshot-log"
-
-
-@functools.lru_cache(maxsize=1)
-def _events() -> tuple[SnapshotEvent, ...]:
-    traffic = generate(TrafficConfig(seed=21, minutes=4, doc_types=5, background_fault_rate=0.05))
-    return tuple(r.event for r in traffic.records() if r.event is not None)
-
-
-# The generated traffic is timed from 2025-11-29: older than the snapshots topic keeps.
-GENERATED_AGE_S = 20 * 365 * 86_400
-
-
-def _settings(job: JobSettings, **ingest: Any) -> IngestSettings:
-    return IngestSettings.load(
-        kafka=job.kafka.model_dump(),
-        topics=job.topics.model_dump(),
-        ingest={"port": 0, "max_event_age_s": GENERATED_AGE_S, **ingest},
-    )
-
-
-@asynccontextmanager
-async def serving(settings: IngestSettings) -> AsyncIterator[tuple[IngestService, str]]:
-    service = IngestService(settings)
-    port = await service.start()
-    try:
-        yield service, f"http://127.0.0.1:{port}"
-    finally:
-        await service.stop()
-
-
-def _records(job: JobSettings, topic: str) -> list[Message]:
-    return list(read_topic(job.kafka, topic, timeout_s=10))
-
-
-def _as_written(event: SnapshotEvent, source: str = "ingest") -> bytes:
-    return encode(event.model_copy(update={"source": source}))
 
 
 def test_kong_payloads_as_kong_sends_them_land_keyed_by_doc_type(job_settings: JobSettings) -> None:

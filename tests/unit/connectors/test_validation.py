@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from anchorwatch.connectors import records
 from anchorwatch.connectors.kong import DEFAULT_FORMAT
 from anchorwatch.connectors.records import _ANY_TIME, ndjson_record
-from anchorwatch.connectors.validation import snapshot_record
-from anchorwatch.contracts import ContractError, encode
+from anchorwatch.connectors.validation import snapshot_record, summary_of
+from anchorwatch.contracts import ContractError, SnapshotEvent, SnapshotSummary, encode
 from anchorwatch.generator import TrafficConfig, generate
 
 SOURCE: Final = "validation-test"
@@ -192,3 +192,37 @@ def test_any_record_gets_the_same_verdict_bytes_and_errors_as_the_contract(
 def test_a_record_that_is_not_an_object_is_refused_like_the_contract_does(value: Any) -> None:
     assert _fast_outcome(value) is None
     assert "expected a JSON object" in str(_model_outcome(value))
+
+
+# Text that looks like the structure summary_of cuts at, in every string of the event.
+_TRICKY = st.sampled_from(
+    ["]", '],"', ',"anchors":[', '],"mean_drift":', "\\", '\\"', '"]', "}]", "é]\u2028"]
+)
+_TEXT = st.lists(_TRICKY | st.text(min_size=1, max_size=3), min_size=1, max_size=4).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.tuples(_TEXT, _TEXT, st.floats(0, 1)), max_size=3),
+    _TEXT,
+    st.none() | _TEXT,
+)
+def test_a_summary_is_the_event_without_its_anchors_whatever_its_strings_hold(
+    anchors: list[tuple[str, str, float]], event_id: str, source: str | None
+) -> None:
+    data = {
+        "event_id": event_id, "event_time_ms": 1_764_403_200_000, "doc_type": "invoice",
+        "snapshot_status": "active", "anchor_count": len(anchors), "source": source,
+        "anchors": [{"anchor_id": a, "position": 1, "l2_norm": 1.0, "cosine_angle": 0.5,
+                     "kl_divergence": 0.25, "drift_score": d, "recommendation": r}
+                    for a, r, d in anchors],
+    }  # fmt: skip
+    try:
+        event = SnapshotEvent.model_validate(data)
+    except ValueError:
+        assume(False)  # a string the contract refuses (control characters, too long)
+    value = encode(event)
+    summary = summary_of(value)
+    assert summary == encode(SnapshotSummary.of(event))
+    assert orjson.loads(summary) == {k: v for k, v in orjson.loads(value).items() if k != "anchors"}
+    assert SnapshotSummary.model_validate_json(summary).mean_drift == event.mean_drift
