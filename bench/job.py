@@ -1,32 +1,44 @@
-"""Throughput, latency and memory of the drift job, side by side with a read-parse-discard
-job over the same topic, in one run on this machine.
+"""Throughput, latency and memory of the drift job, side by side with a read-discard and a
+read-parse-discard job over the same topic, in one run on this machine.
 
     .venv/bin/python bench/job.py --events 3000000 --rounds 3
     .venv/bin/python bench/job.py --events 2000000 --rounds 1 --event-rate 20   # replaying history
     .venv/bin/python bench/job.py --events 3000000 --rounds 3 --dedup both      # dedup's cost
     .venv/bin/python bench/job.py --events 1500000 --rounds 3 --jackson         # the scanner's gain
+    .venv/bin/python bench/job.py --events 3000000 --rounds 2 --input summaries # topics.summaries
+    .venv/bin/python bench/job.py --events 3000000 --rounds 2 --input both      # summaries' gain
 
 1. Starts a private Kafka (free ports, temporary directory) and loads N realistic snapshot
    events (from the traffic generator, replayed with fresh ids and new event times).
    Event time advances as in a stream sustaining `--event-rate` events/s (default 100k/s,
    the target), so windows hold as many events as they would at that rate.
+   `--input` picks the topic the jobs read: `snapshots` (the default, the full events),
+   `summaries` (`topics.summaries` set: each event is also written without its anchor log,
+   as the connectors write it, `validation.summary_of`, and the drift job reads that topic,
+   `topics.drift_input`), or `both`: the same events on both topics, every job below run
+   over each input in the same rounds (names end in [snapshots] / [summaries]), and the
+   summaries' gain printed side by side.
 2. Runs, each bounded over the same topic on the embedded mini-cluster, with the same
-   parallelism: (a) read-parse-discard: the same source and format, every column the drift
-   job reads, into a blackhole sink; (b) the drift job as deployed. Each rate is
+   parallelism: (a) read-discard: the same topic through the `raw` format, each record's
+   bytes into a blackhole sink, no JSON parsing (the floor: Kafka, the source, the sink);
+   (b) read-parse-discard: the drift job's source and format, every column the drift job
+   reads, into a blackhole sink; (c) the drift job as deployed. Each rate is
    N / (wall time - fixed cost), the fixed cost (job start, Python workers, stop) being a
    run of the same job over a 1,000-event topic just before; also the CPU seconds per event
    of the JVM and its Python workers (big run minus small run), which other load on the
    machine disturbs far less than wall time; and, from Java Flight Recorder samples of the
    same run, the CPU the job spends downstream of reading and parsing, as a share of the
    CPU spent reading and parsing: the cost of the job's logic, immune to machine load.
-   `--rounds` alternates the jobs; medians and ratios are printed. `--dedup both` also
+   `--rounds` alternates the jobs; medians and ratios (each job against read-parse-discard
+   and read-discard over the same input) are printed. `--dedup both` also
    runs the drift job without its event_id deduplication in the same rounds, and prints
    what deduplicating costs. `--jackson` also runs read-parse-discard with the format's
    `decoder` 'jackson' (Flink's JSON decoder for every record, the format before its byte
    scanner) in the same rounds.
 3. Latency: runs the drift job unbounded, and each second sends one event that moves the
    watermark past a window end; reports the time from that send until the window's verdict
-   is readable on the verdicts topic (p50 / p99 / max).
+   is readable on the verdicts topic (p50 / p99 / max). It reads the summaries topic when
+   `--input` is `summaries` or `both`, else the snapshots.
 4. Memory: peak RSS of the mini-cluster JVM (it is the TaskManager here) during each run,
    its heap, direct memory and metaspace bounded by the job settings local_heap_mb,
    local_direct_mb and local_metaspace_mb (as `job run` does).
@@ -48,8 +60,10 @@ from typing import Any
 import orjson
 import psutil
 from confluent_kafka import Consumer, Producer, TopicPartition
+from pyflink.table import DataTypes, Schema, TableDescriptor
 
 from anchorwatch import slice as flow
+from anchorwatch.connectors.validation import summary_of
 from anchorwatch.generator import TrafficConfig, generate
 from anchorwatch.jobs import cluster, drift_job
 from anchorwatch.jobs.settings import JobSettings
@@ -57,6 +71,9 @@ from anchorwatch.kafkaio import client_config
 from anchorwatch.stack.stack import private_kafka
 
 MIN = 60_000
+INPUTS = ("snapshots", "summaries")
+# The read-discard job's source table, named for Attribution.split.
+RAW = "raw_records"
 
 
 def snapshot(event_id: str, doc_type: str, event_time_ms: int) -> bytes:
@@ -75,14 +92,25 @@ def load_events(
     windows: set[tuple[str, int]] | None = None,
 ) -> float:
     """Produce n events (keyed by doc type) whose event time advances as a stream sustaining
-    `event_rate` events/s would; returns the produce rate. ``windows`` collects each
-    (doc type, window start) the events fall in."""
+    `event_rate` events/s would, and when ``topics.summaries`` is set each one's summary
+    too (same key), as the connectors write them; returns the produce rate in events/s.
+    ``windows`` collects each (doc type, window start) the events fall in."""
     traffic = generate(TrafficConfig(seed=seed, minutes=20, doc_types=16, rate_scale=3.0))
     pool = [orjson.loads(r.raw) for r in traffic.records() if r.event is not None]
     start = pool[0]["event_time_ms"] - pool[0]["event_time_ms"] % MIN
     producer = Producer(client_config(settings.kafka, **{
         "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4",
         "queue.buffering.max.messages": 500_000}))  # fmt: skip
+    summaries = settings.topics.summaries
+
+    def send(topic: str, value: bytes, key: bytes) -> None:
+        while True:
+            try:
+                producer.produce(topic, value, key)
+                return
+            except BufferError:
+                producer.poll(0.05)
+
     started = time.perf_counter()
     for i in range(n):
         record = dict(pool[i % len(pool)])
@@ -91,19 +119,52 @@ def load_events(
         record["event_time_ms"] = start + i * 1000 // event_rate
         if windows is not None:
             windows.add((record["doc_type"], record["event_time_ms"] // MIN * MIN))
-        while True:
-            try:
-                producer.produce(settings.topics.snapshots, orjson.dumps(record),
-                                 record["doc_type"].encode())  # fmt: skip
-                break
-            except BufferError:
-                producer.poll(0.05)
+        value, key = orjson.dumps(record), record["doc_type"].encode()
+        send(settings.topics.snapshots, value, key)
+        if summaries:
+            send(summaries, summary_of(value), key)
     producer.flush()
     return n / (time.perf_counter() - started)
 
 
+def over(settings: JobSettings, source: str) -> JobSettings:
+    """``settings`` whose drift job reads ``source`` (one of INPUTS): the snapshots topic
+    when ``topics.summaries`` is empty, else the summaries topic (``topics.drift_input``)."""
+    if source == "summaries":
+        if not settings.topics.summaries:
+            raise ValueError("topics.summaries is not set")
+        return settings
+    topics = settings.topics.model_copy(update={"summaries": ""})
+    return settings.model_copy(update={"topics": topics})
+
+
+def run_read_discard(settings: JobSettings, jar: Path) -> float:
+    """The floor under any job over the topic: each record's bytes read from the drift
+    job's input, bounded as the drift job's source is, into a blackhole; no JSON parsing.
+    (Flink SQL has no length function for BYTES, CHAR_LENGTH takes text only, and a CAST
+    to STRING would decode UTF-8, so the bytes themselves go into the sink.)"""
+    _, t_env = drift_job.create_environment(settings, jar)
+    raw = (
+        TableDescriptor.for_connector("kafka")
+        .schema(Schema.new_builder().column("record", DataTypes.BYTES()).build())
+        .option("topic", settings.topics.drift_input)
+        .option("properties.group.id", f"{settings.job.group_id}-raw")
+        .option("scan.startup.mode", "earliest-offset")
+        .option("properties.auto.offset.reset", "earliest")
+        .option("scan.bounded.mode", "latest-offset")
+        .option("format", "raw")
+    )
+    t_env.create_temporary_table(RAW, drift_job._with(raw, drift_job._kafka(settings)).build())
+    t_env.execute_sql("CREATE TEMPORARY TABLE sink (record BYTES) WITH ('connector'='blackhole')")
+    started = time.perf_counter()
+    t_env.execute_sql(f"INSERT INTO sink SELECT record FROM {RAW}").wait()  # noqa: S608
+    return time.perf_counter() - started
+
+
 def run_discard(settings: JobSettings, jar: Path, decoder: str = "scanner") -> float:
     _, t_env = drift_job.create_environment(settings, jar)
+    # The drift job's source: over topics.drift_input, the summaries when they are set (a
+    # summary has every column read below).
     drift_job.declare_tables(t_env, settings, bounded=True)
     t_env.execute_sql(
         "CREATE TEMPORARY TABLE sink (n BIGINT, d DOUBLE) WITH ('connector'='blackhole')"
@@ -299,7 +360,9 @@ def latency(settings: JobSettings, jar: Path, samples: int) -> list[float]:
             # One event in window i, then one in window i+1 that closes window i.
             for t in (base + i * MIN + 1, base + (i + 1) * MIN + 1):
                 record = snapshot(f"l{i}-{t}", "latency", t)
-                producer.produce(s.topics.snapshots, record, b"latency")
+                if s.topics.summaries:  # the job reads the summaries
+                    record = summary_of(record)
+                producer.produce(s.topics.drift_input, record, b"latency")
             producer.flush()
             sent = time.perf_counter()
             want = base + i * MIN
@@ -343,6 +406,14 @@ def main() -> None:
         help="also run read-parse-discard with Flink's JSON decoder for every record "
         "(format option decoder = 'jackson') in the same rounds",
     )
+    parser.add_argument(
+        "--input",
+        choices=("snapshots", "summaries", "both"),
+        default="snapshots",
+        help="the topic the jobs read: the full snapshots, the summaries (topics.summaries "
+        "set, each event also written without its anchor log), or both side by side in the "
+        "same rounds",
+    )
     args = parser.parse_args()
     with private_kafka(heap="1g") as bootstrap, tempfile.TemporaryDirectory() as tmp:
         args.workdir = tmp
@@ -350,11 +421,15 @@ def main() -> None:
 
 
 def bench(bootstrap: str, args: Any) -> None:
+    inputs = INPUTS if args.input == "both" else (args.input,)
+    # The summaries topic's name; run_scoped_topics makes it private to each load.
+    topics = {"summaries": "anchorwatch.summaries"} if "summaries" in inputs else {}
     base = JobSettings.load(kafka={"bootstrap_servers": bootstrap},
                             # One JVM runs every job of the bench, and each leaves its
                             # generated classes behind: 384 MiB filled after 17 runs.
                             job={"parallelism": args.parallelism,
-                                 "local_metaspace_mb": 1024})  # fmt: skip
+                                 "local_metaspace_mb": 1024},
+                            topics=topics)  # fmt: skip
     # Before the first Flink call: PyFlink starts the mini-cluster's JVM with these.
     print(f"mini-cluster JVM: {' '.join(cluster.bound_local_memory(base.job))}", flush=True)
     jar = flow.fetch_artifacts(base).flink_jobs_jar()
@@ -365,30 +440,51 @@ def bench(bootstrap: str, args: Any) -> None:
         )
         flow.create_topics(s)
         rate = load_events(s, n, args.event_rate)
-        print(f"loaded {n:,} events at {rate:,.0f}/s")
+        written = " and ".join(t for t in (s.topics.snapshots, s.topics.summaries) if t)
+        print(f"loaded {n:,} events at {rate:,.0f}/s into {written}")
         return s
 
     small, big = topics_with(1_000), topics_with(args.events)
     workdir = Path(args.workdir)
     n = args.events - 1_000
-    jobs: list[tuple[str, Any]] = [("read-parse-discard", run_discard)]
+    kinds: list[tuple[str, Any, str]] = [
+        ("read-discard", run_read_discard, RAW),
+        ("read-parse-discard", run_discard, drift_job.SNAPSHOTS),
+    ]
     if args.jackson:
-        jobs.append(("read-parse-discard, jackson", run_discard_jackson))
+        kinds.append(("read-parse-discard, jackson", run_discard_jackson, drift_job.SNAPSHOTS))
     if args.dedup in ("on", "both"):
-        jobs.append(("drift job", run_drift))
+        kinds.append(("drift job", run_drift, drift_job.SNAPSHOTS))
     if args.dedup in ("off", "both"):
-        jobs.append(("drift job, no dedup", run_drift_without_dedup))
-    rates: dict[str, list[float]] = {name: [] for name, _ in jobs}
-    cpus: dict[str, list[float]] = {name: [] for name, _ in jobs}
-    shares: dict[str, list[float]] = {name: [] for name, _ in jobs}
+        kinds.append(("drift job, no dedup", run_drift_without_dedup, drift_job.SNAPSHOTS))
+
+    def named(kind: str, source: str) -> str:
+        # Today's names when the jobs read the snapshots only.
+        return kind if inputs == ("snapshots",) else f"{kind} [{source}]"
+
+    # (name, run, the source Attribution splits on, small settings, big settings): each
+    # kind over every input one after the other, so each pair runs under the same load.
+    jobs = [(named(kind, source), fn, table, over(small, source), over(big, source))
+            for kind, fn, table in kinds for source in inputs]  # fmt: skip
+    for source in inputs:
+        print(f"input {source}: the jobs read {over(big, source).topics.drift_input}", flush=True)
+    width = max(len(name) for name, *_ in jobs)
+    rates: dict[str, list[float]] = {name: [] for name, *_ in jobs}
+    cpus: dict[str, list[float]] = {name: [] for name, *_ in jobs}
+    shares: dict[str, list[float]] = {name: [] for name, *_ in jobs}
     peaks: list[float] = []
+    # The first Flink call starts the mini-cluster's JVM: its boot would count in the first
+    # job's fixed cost (CPU per event below zero). One unmeasured run starts it first.
+    run_read_discard(over(small, inputs[0]), jar)
     for round_no in range(1, args.rounds + 1):
         # Alternating the jobs within each round pairs them under the same machine load.
-        for name, fn in jobs:
-            fixed, fixed_watch = measured(fn, small, jar)
+        for name, fn, table, small_s, big_s in jobs:
+            fixed, fixed_watch = measured(fn, small_s, jar)
+            verdicts_before = topic_size(big_s, big_s.topics.verdicts)
             with Attribution(workdir) as samples:
-                wall, watch = measured(fn, big, jar)
-            split = samples.split(drift_job.SNAPSHOTS)
+                wall, watch = measured(fn, big_s, jar)
+            split = samples.split(table)
+            verdicts = topic_size(big_s, big_s.topics.verdicts)
             events_per_s = n / max(wall - fixed, 1e-9)
             cpu_us = (watch.cpu_s - fixed_watch.cpu_s) / n * 1e6
             share = split["logic"] / max(split["read+parse"], 1)
@@ -397,36 +493,61 @@ def bench(bootstrap: str, args: Any) -> None:
             shares[name].append(share)
             peaks.append(watch.peak_rss / 2**20)
             print(
-                f"round {round_no} {name:<27} wall {wall:6.1f}s fixed {fixed:5.1f}s "
+                f"round {round_no} {name:<{width}} wall {wall:6.1f}s fixed {fixed:5.1f}s "
                 f"{events_per_s:>10,.0f} events/s  {cpu_us:5.1f} CPU-µs/event  "
                 f"logic/read+parse {split['logic']}/{split['read+parse']} samples = {share:.0%}  "
                 f"JVM peak RSS {watch.peak_rss / 2**20:,.0f} MiB  "
-                f"verdicts in topic {topic_size(big, big.topics.verdicts):,}",
+                f"verdicts written {verdicts - verdicts_before:,} (in topic {verdicts:,})",
                 flush=True,
             )
-    med_rate, med_cpu, med_share = ({name: statistics.median(v[name]) for name, _ in jobs}
+    med_rate, med_cpu, med_share = ({name: statistics.median(v[name]) for name, *_ in jobs}
                                     for v in (rates, cpus, shares))  # fmt: skip
-    ref = "read-parse-discard"
-    for name, _ in jobs[1:]:
-        r, c, sh = med_rate[name], med_cpu[name], med_share[name]
-        print(f"median over {args.rounds} rounds: {name} {r:,.0f} events/s = "
-              f"{r / med_rate[ref]:.0%} of read-parse-discard's {med_rate[ref]:,.0f}/s; "
-              f"CPU per event {c:.1f} vs {med_cpu[ref]:.1f} µs ({c / med_cpu[ref] - 1:+.0%}); "
-              f"CPU samples: its logic costs {sh:.0%} on top of reading and parsing "
-              f"(read-parse-discard's sink and projection: {med_share[ref]:.0%})",
-              flush=True)  # fmt: skip
+
+    def costs(kind: str) -> str:
+        """What a job's share of CPU samples downstream of its source pays for."""
+        if kind.startswith("drift job"):
+            return "logic"
+        return "sink" if kind == "read-discard" else "sink and projection"
+
+    for source in inputs:
+        refs = {named(kind, source): kind for kind in ("read-parse-discard", "read-discard")}
+        for kind, *_ in kinds[1:]:
+            name = named(kind, source)
+            r, c, sh = med_rate[name], med_cpu[name], med_share[name]
+            against = [ref for ref in refs if ref != name]
+            print(f"median over {args.rounds} rounds: {name} {r:,.0f} events/s = "
+                  + ", ".join(f"{r / med_rate[ref]:.0%} of {ref}'s {med_rate[ref]:,.0f}/s"
+                              for ref in against)
+                  + f"; CPU per event {c:.1f} µs vs "
+                  + ", ".join(f"{ref}'s {med_cpu[ref]:.1f} ({c / med_cpu[ref] - 1:+.0%})"
+                              for ref in against)
+                  + f"; CPU samples: its {costs(kind)} costs {sh:.0%} on top of reading and "
+                  "parsing (" + ", ".join(f"{ref}'s {costs(refs[ref])}: {med_share[ref]:.0%}"
+                                         for ref in against) + ")",
+                  flush=True)  # fmt: skip
+    if len(inputs) > 1:
+        for kind, *_ in kinds:
+            full, cut = named(kind, "snapshots"), named(kind, "summaries")
+            print(f"summaries vs snapshots, median: {kind} {med_rate[cut]:,.0f} vs "
+                  f"{med_rate[full]:,.0f} events/s ({med_rate[cut] / med_rate[full]:.2f}x); "
+                  f"CPU per event {med_cpu[cut]:.1f} vs {med_cpu[full]:.1f} µs "
+                  f"({med_cpu[cut] / med_cpu[full] - 1:+.0%})", flush=True)  # fmt: skip
     print(f"JVM peak RSS per run, in order (MiB): {', '.join(f'{p:,.0f}' for p in peaks)}; "
           f"max {max(peaks):,.0f}", flush=True)  # fmt: skip
     if args.dedup == "both":
-        on, off = med_rate["drift job"], med_rate["drift job, no dedup"]
-        extra = med_cpu["drift job"] - med_cpu["drift job, no dedup"]
-        print(f"deduplication by event_id costs {1 - on / off:.0%} of the drift job's "
-              f"throughput ({on:,.0f} vs {off:,.0f} events/s) and {extra:+.1f} µs CPU per event",
-              flush=True)  # fmt: skip
+        for source in inputs:
+            with_id, without = named("drift job", source), named("drift job, no dedup", source)
+            on, off = med_rate[with_id], med_rate[without]
+            extra = med_cpu[with_id] - med_cpu[without]
+            print(f"deduplication by event_id costs {1 - on / off:.0%} of {with_id}'s "
+                  f"throughput ({on:,.0f} vs {off:,.0f} events/s) and {extra:+.1f} µs CPU per "
+                  "event", flush=True)  # fmt: skip
+    # The deployed input: the summaries when they are written.
     lat = latency(big, jar, args.latency_samples)
     if lat:
         q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else lat * 99
-        print(f"verdict latency after the watermark passes a window end ({len(lat)} windows): "
+        print(f"verdict latency after the watermark passes a window end ({len(lat)} windows, "
+              f"input {big.topics.drift_input}): "
               f"p50 {statistics.median(lat) * 1000:.0f} ms, p99 {q[98] * 1000:.0f} ms, "
               f"max {max(lat) * 1000:.0f} ms")  # fmt: skip
 
