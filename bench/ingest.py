@@ -26,6 +26,10 @@ The broker is warmed up first (its JVM compiles the produce path under load), th
 per-round ratios are printed at the end.
 
     .venv/bin/python bench/ingest.py --events 100000 --workers 2 --concurrency 8 32
+    .venv/bin/python bench/ingest.py --events 100000 --workers 2 --concurrency 32 --summaries both
+
+``--summaries on`` sets ``topics.summaries``, so the service writes each event's summary too
+(and the topic's count is checked the same way); ``both`` runs each setup with and without.
 
 ``--rejected-mib M`` measures memory instead: one worker, ``--rejected-clients`` connections
 each posting ``--rejected-requests`` Kong bodies of M MiB whose every entry is rejected (a
@@ -297,6 +301,9 @@ def run_ingest(
         warm_up = requests[: max(1, len(requests) // 20)]
         asyncio.run(post_all(port, warm_up, concurrency))
         warm = topic_count(job.kafka.bootstrap_servers, topics.snapshots)
+        warm_summaries = (
+            topic_count(job.kafka.bootstrap_servers, topics.summaries) if topics.summaries else 0
+        )
         assert server.pid is not None
         cpu, client_cpu, machine = _cpu_s(server.pid), time.process_time(), _machine_busy()
         kafka_cpu, broker_cpu = _kafka_threads_cpu_s(server.pid), _broker_cpu_s(server.pid)
@@ -308,12 +315,19 @@ def run_ingest(
         busy, total = (b - a for a, b in zip(machine, _machine_busy(), strict=True))
         rss_kib = _rss_peak_kib(server.pid)
         in_topic = topic_count(job.kafka.bootstrap_servers, topics.snapshots) - warm
+        summaries = (
+            topic_count(job.kafka.bootstrap_servers, topics.summaries) - warm_summaries
+            if topics.summaries
+            else events
+        )
     finally:
         if server.pid is not None:
             os.kill(server.pid, signal.SIGTERM)
         server.join(60)
     if in_topic != events:
         raise SystemExit(f"ingest: {in_topic} records in the topic for {events} events")
+    if summaries != events:
+        raise SystemExit(f"ingest: {summaries} summaries in their topic for {events} events")
     latencies.sort()
     return {
         "events_per_s": events / elapsed,
@@ -409,6 +423,13 @@ def main() -> None:
     )
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
+    parser.add_argument(
+        "--summaries",
+        choices=("off", "on", "both"),
+        default="off",
+        help="the service also writes each event's summary (topics.summaries set); 'both' "
+        "runs every setup with and without, in the same rounds",
+    )
     defaults = IngestOptions()
     parser.add_argument(
         "--compression",
@@ -462,39 +483,45 @@ def main() -> None:
         f"prepared in {time.perf_counter() - t:.1f}s"
     )
     compression, linger = args.compression, args.linger_ms
-    setups = [(w, c) for w in args.workers for c in args.concurrency]
+    summarised = {"off": [False], "on": [True], "both": [False, True]}[args.summaries]
+    setups = [(w, c, s) for w in args.workers for c in args.concurrency for s in summarised]
     with broker(args.bootstrap) as bootstrap:
         base = JobSettings.load(kafka={"bootstrap_servers": bootstrap})
+        with_summaries = JobSettings.load(
+            kafka={"bootstrap_servers": bootstrap}, topics={"summaries": "anchorwatch.summaries"}
+        )
         warm_up_broker(base, records, args.warmup_events, compression, linger)
         plains: list[float] = []
-        ingests: dict[tuple[int, int], list[float]] = {s: [] for s in setups}
+        ingests: dict[tuple[int, int, bool], list[float]] = {s: [] for s in setups}
         for round_ in range(1, args.rounds + 1):
             print(f"round {round_}:")
             plain = run_plain(base, records, compression, linger)
             plains.append(plain)
-            for workers, concurrency in setups:
-                with private_topics(base) as job:
+            for workers, concurrency, summaries in setups:
+                with private_topics(with_summaries if summaries else base) as job:
                     r = run_ingest(
                         job, requests, len(events), workers, concurrency, compression, linger
                     )
-                ingests[workers, concurrency].append(r["events_per_s"])
+                ingests[workers, concurrency, summaries].append(r["events_per_s"])
+                also = " + summaries" if summaries else ""
                 print(
-                    f"  ingest over HTTP, {workers} worker(s), {concurrency} connections: "
+                    f"  ingest{also} over HTTP, {workers} worker(s), {concurrency} connections: "
                     f"{r['events_per_s']:>8,.0f} events/s ({r['events_per_s'] / plain:.0%} of "
                     f"plain), request p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
                     f"peak RSS {r['rss_mib']:.0f} MiB, {r['cpu_us']:.1f} us CPU per event "
                     f"({r['kafka_cpu_us']:.1f} in librdkafka's threads; broker "
                     f"{r['broker_cpu_us']:.1f} us; load generator {r['client_cpu_us']:.1f} us; "
                     f"cores busy {r['machine_busy']:.0%}); topic holds exactly {len(events)} "
-                    "records"
+                    "records" + (" (and its summaries topic as many)" if summaries else "")
                 )
         plain_median = statistics.median(plains)
         print(f"medians over {args.rounds} round(s): plain producer {plain_median:,.0f} events/s")
-        for (workers, concurrency), rates in ingests.items():
+        for (workers, concurrency, summaries), rates in ingests.items():
             median = statistics.median(rates)
             per_round = ", ".join(f"{r / p:.0%}" for r, p in zip(rates, plains, strict=True))
+            also = " + summaries" if summaries else ""
             print(
-                f"  ingest, {workers} worker(s), {concurrency} connections: {median:,.0f} "
+                f"  ingest{also}, {workers} worker(s), {concurrency} connections: {median:,.0f} "
                 f"events/s, {median / plain_median:.0%} of plain (per round: {per_round})"
             )
         print(

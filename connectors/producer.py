@@ -347,16 +347,16 @@ class AckingProducer:
         fresh = self._written.unwritten(accepted, time.monotonic())
         skipped = len(accepted) - len(fresh)
         accepted = fresh
-        events: list[dict[str, Any]] = [
+        events: list[_Message] = [
             {"key": a.doc_type.encode(), "value": a.value} for a in accepted
         ]
         # Each event's summary, in the same order (none when the topic is not set).
-        summaries: list[dict[str, Any]] = (
+        summaries: list[_Message] = (
             [{"key": m["key"], "value": summary_of(m["value"])} for m in events]
             if self._topics.summaries
             else []
         )
-        letters: list[dict[str, Any]] = []
+        letters: list[_Message] = []
         if rejected:
             now = int(time.time() * 1000)
             limit, source = self._limit, self._source

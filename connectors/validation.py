@@ -60,12 +60,13 @@ def summary_of(value: bytes) -> bytes:
     bytes with the ``anchors`` member cut out, equal to ``encode(SnapshotSummary.of(e))``.
 
     Sound on what ``contracts.encode`` (or the compiled path) writes: compact JSON, the
-    anchors member after ``anchor_count``. Inside a JSON string every ``"`` is escaped, so
-    ``,"anchors":[`` and ``],"`` with a bare quote only occur as structure, and an anchor
-    object holds no array: the first ``],"`` after the member closes it.
+    anchors member after ``anchor_count``, then only strings and numbers. Inside a JSON
+    string every ``"`` is escaped, so ``,"anchors":[`` and ``],"`` with a bare quote only
+    occur as structure, and no array follows the anchors: the last ``],"`` closes them
+    (searched from the end, the shorter way).
     """
     start = value.index(_ANCHORS_MEMBER)
-    end = value.index(_AFTER_ANCHORS, start + len(_ANCHORS_MEMBER) - 1)
+    end = value.rindex(_AFTER_ANCHORS, start + len(_ANCHORS_MEMBER) - 1)
     return value[:start] + value[end + 1 :]
 
 
