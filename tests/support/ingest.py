@@ -4,10 +4,13 @@ events, service settings on a test's topics, a running service, and what a topic
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+import pytest
+
+from anchorwatch import slice as flow
 from anchorwatch.connectors.server import IngestService
 from anchorwatch.connectors.settings import IngestSettings
 from anchorwatch.contracts import SnapshotEvent, encode
@@ -50,3 +53,26 @@ def records(job: JobSettings, topic: str) -> list[Message]:
 
 def as_written(event: SnapshotEvent, source: str = "ingest") -> bytes:
     return encode(event.model_copy(update={"source": source}))
+
+
+@contextmanager
+def summaries_written(job: JobSettings) -> Iterator[JobSettings]:
+    """``job`` with ``topics.summaries`` set: its topic created now, deleted after."""
+    topics = job.topics.model_copy(update={"summaries": f"{job.topics.snapshots}.summaries"})
+    settings = job.model_copy(update={"topics": topics})
+    flow.create_topics(settings)
+    try:
+        yield settings
+    finally:
+        flow.delete_topics(settings)
+
+
+def settings_in_env(monkeypatch: pytest.MonkeyPatch, job: JobSettings) -> None:
+    """The broker and the topics of ``job`` as a command reads them from its environment."""
+    for name, value in {
+        "ANCHORWATCH_KAFKA__BOOTSTRAP_SERVERS": job.kafka.bootstrap_servers,
+        "ANCHORWATCH_TOPICS__SNAPSHOTS": job.topics.snapshots,
+        "ANCHORWATCH_TOPICS__SUMMARIES": job.topics.summaries,
+        "ANCHORWATCH_TOPICS__DEAD_LETTER": job.topics.dead_letter,
+    }.items():
+        monkeypatch.setenv(name, value)

@@ -17,6 +17,7 @@ from anchorwatch.generator import TrafficConfig, generate
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import read_topic
 from anchorwatch.stack.stack import Stack
+from tests.support.ingest import summaries_written
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -28,15 +29,8 @@ def settings(request: pytest.FixtureRequest, job_settings: JobSettings) -> Itera
     if request.param == "snapshots":
         yield job_settings
         return
-    topics = job_settings.topics.model_copy(
-        update={"summaries": f"{job_settings.topics.snapshots}.summaries"}
-    )
-    with_summaries = job_settings.model_copy(update={"topics": topics})
-    flow.create_topics(with_summaries)
-    try:
+    with summaries_written(job_settings) as with_summaries:
         yield with_summaries
-    finally:
-        flow.delete_topics(with_summaries)
 
 
 def test_windows_match_an_independent_computation_exactly(

@@ -24,7 +24,7 @@ from tests.support.ingest import as_written as _as_written
 from tests.support.ingest import events as _events
 from tests.support.ingest import ingest_settings as _settings
 from tests.support.ingest import records as _records
-from tests.support.ingest import serving
+from tests.support.ingest import serving, settings_in_env
 
 pytestmark = [pytest.mark.integration]
 
@@ -259,12 +259,7 @@ def test_replay_kong_and_ndjson_files(
     )
     ndjson_file = tmp_path / "events.ndjson"
     ndjson_file.write_bytes(b"".join(r.raw + b"\n" for r in records))
-    for name, value in {
-        "ANCHORWATCH_KAFKA__BOOTSTRAP_SERVERS": job_settings.kafka.bootstrap_servers,
-        "ANCHORWATCH_TOPICS__SNAPSHOTS": job_settings.topics.snapshots,
-        "ANCHORWATCH_TOPICS__DEAD_LETTER": job_settings.topics.dead_letter,
-    }.items():
-        monkeypatch.setenv(name, value)
+    settings_in_env(monkeypatch, job_settings)
 
     result = CliRunner().invoke(ingest, ["replay", str(kong_file)])
     assert result.exit_code == 0, result.output

@@ -28,21 +28,15 @@ from tests.support.ingest import events as _events
 from tests.support.ingest import ingest_settings as _settings
 from tests.support.ingest import records as _records
 from tests.support.ingest import serving as _serving
+from tests.support.ingest import settings_in_env, summaries_written
 
 pytestmark = [pytest.mark.integration]
 
 
 @pytest.fixture
 def with_summaries(job_settings: JobSettings) -> Iterator[JobSettings]:
-    topics = job_settings.topics.model_copy(
-        update={"summaries": f"{job_settings.topics.snapshots}.summaries"}
-    )
-    settings = job_settings.model_copy(update={"topics": topics})
-    flow.create_topics(settings)
-    try:
+    with summaries_written(job_settings) as settings:
         yield settings
-    finally:
-        flow.delete_topics(settings)
 
 
 def _by_id(messages: list[Message]) -> dict[str, list[Message]]:
@@ -103,13 +97,7 @@ def test_replay_writes_the_summaries_too(
     events = list(_events()[:40])
     kong_file = tmp_path / "kong.log"
     kong_file.write_bytes(b"".join(orjson.dumps(to_kong_entry(e)) + b"\n" for e in events))
-    for name, value in {
-        "ANCHORWATCH_KAFKA__BOOTSTRAP_SERVERS": with_summaries.kafka.bootstrap_servers,
-        "ANCHORWATCH_TOPICS__SNAPSHOTS": with_summaries.topics.snapshots,
-        "ANCHORWATCH_TOPICS__SUMMARIES": with_summaries.topics.summaries,
-        "ANCHORWATCH_TOPICS__DEAD_LETTER": with_summaries.topics.dead_letter,
-    }.items():
-        monkeypatch.setenv(name, value)
+    settings_in_env(monkeypatch, with_summaries)
     result = CliRunner().invoke(ingest, ["replay", str(kong_file)])
     assert result.exit_code == 0, result.output
     # Each event and its summary: two records acknowledged per event.
