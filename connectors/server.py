@@ -419,6 +419,7 @@ class IngestService:
                 "port": self.port,
                 "auth": self._token is not None,
                 "snapshots_topic": self.settings.topics.snapshots,
+                "summaries_topic": self.settings.topics.summaries or None,
             },
         )
         return self.port

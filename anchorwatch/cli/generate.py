@@ -134,8 +134,8 @@ def _traffic_config(opts: dict[str, Any]) -> Any:
 @click.option(
     "--produce",
     is_flag=True,
-    help="Validate and produce to the snapshots topic (rejects to the dead-letter "
-    "topic) instead of writing a file.",
+    help="Validate and produce to the snapshots topic (and the summaries topic when it is "
+    "set; rejects to the dead-letter topic) instead of writing a file.",
 )
 @click.pass_context
 def generate_cmd(

@@ -15,8 +15,9 @@ from anchorwatch.connectors.settings import IngestSettings
 
 @click.group("ingest")
 def ingest() -> None:
-    """Gateway logs into Kafka: validated events to the snapshots topic, rejects (with the
-    reason) to the dead-letter topic."""
+    """Gateway logs into Kafka: validated events to the snapshots topic (and each one's
+    summary to the summaries topic, when it is set), rejects (with the reason) to the
+    dead-letter topic."""
 
 
 @ingest.command("serve")
