@@ -347,9 +347,7 @@ class AckingProducer:
         fresh = self._written.unwritten(accepted, time.monotonic())
         skipped = len(accepted) - len(fresh)
         accepted = fresh
-        events: list[_Message] = [
-            {"key": a.doc_type.encode(), "value": a.value} for a in accepted
-        ]
+        events: list[_Message] = [{"key": a.doc_type.encode(), "value": a.value} for a in accepted]
         # Each event's summary, in the same order (none when the topic is not set).
         summaries: list[_Message] = (
             [{"key": m["key"], "value": summary_of(m["value"])} for m in events]
