@@ -74,8 +74,14 @@ def windows_on_topic(
             elif restarts(rest, job):
                 cause = requests.get(f"{rest.base}/jobs/{job}/exceptions", timeout=10).json()
                 first = (cause.get("exceptionHistory", {}).get("entries") or [{}])[0]
-                raise SystemExit(f"the job restarted after {seen} of {want} verdicts: "
-                                 f"{first.get('exceptionName')}")  # fmt: skip
+                # The exception's own message, and its root cause (the last "Caused by").
+                lines = (first.get("stacktrace") or "").splitlines()
+                said = [lines[0]] if lines else []
+                said += [line for line in lines if line.startswith("Caused by:")][-1:]
+                raise SystemExit(
+                    f"the job restarted after {seen} of {want} verdicts: "
+                    + " / ".join(said or [str(first.get("exceptionName"))])
+                )
         return time.perf_counter()
     finally:
         consumer.close()
@@ -94,6 +100,14 @@ def main() -> None:
         stack.up(with_flink=True)
         try:
             run(stack, args)
+        except SystemExit:
+            # What failed, from the logs (the REST API gives a checkpoint failure's summary
+            # only): the distinct root causes, before the directory goes.
+            causes = {line.strip() for log in sorted(stack.flink.log_dir.glob("*.log"))
+                      for line in log.read_text(errors="replace").splitlines()
+                      if line.startswith("Caused by:")}  # fmt: skip
+            print("\n".join(["causes in the Flink logs:", *sorted(causes)]), flush=True)
+            raise
         finally:
             stack.down()
 
