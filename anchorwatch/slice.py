@@ -25,7 +25,7 @@ from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config, read_topic
 from anchorwatch.settings import TopicSettings
 from anchorwatch.stack.jvm import JvmArtifacts, fetch
-from anchorwatch.stack.topics import ensure_topics
+from anchorwatch.stack.topics import ensure_topics, topic_specs
 
 log = logging.getLogger(__name__)
 
@@ -203,10 +203,7 @@ def private_topics(base: JobSettings) -> Iterator[JobSettings]:
 
 
 def delete_topics(settings: JobSettings) -> None:
-    t = settings.topics
-    names = [t.snapshots, t.summaries, t.dead_letter, t.windows, t.verdicts, t.baselines,
-             t.drift_events]  # fmt: skip
-    names = [n for n in names if n]
+    names = [spec.name for spec in topic_specs(settings.topics)]
     admin = AdminClient(client_config(settings.kafka))
     for future in admin.delete_topics(names, operation_timeout=30).values():
         try:
