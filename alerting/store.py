@@ -234,6 +234,20 @@ class Store:
             raise
         self._db.execute("COMMIT")
 
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """One consistent view for several reads: a deferred transaction, so a writer's
+        commit (say an incident's references with its delivery marked done) is seen whole
+        or not at all. Nested uses join the outer one."""
+        if self._db.in_transaction:
+            yield
+            return
+        self._db.execute("BEGIN DEFERRED")
+        try:
+            yield
+        finally:
+            self._db.execute("COMMIT")
+
     # ----------------------------------------------------------------- restart
 
     def restore(self) -> Restored:
@@ -503,20 +517,22 @@ class Store:
     # ----------------------------------------------------------------- reading
 
     def list_incidents(self, *, open_only: bool, limit: int) -> list[IncidentListing]:
-        rows = self._db.execute(
-            _LIST_INCIDENTS.format(where="WHERE state = 'open'" if open_only else ""), (limit,)
-        ).fetchall()
         out = []
-        for r in rows:
-            incident = _incident(r[:11])
-            deliveries: dict[str, dict[str, int]] = {}
-            for integration, status, n in self._db.execute(
-                "SELECT integration, status, COUNT(*) FROM outbox WHERE incident_id = ? "
-                "GROUP BY integration, status",
-                (incident.incident_id,),
-            ):
-                deliveries.setdefault(integration, {})[status] = n
-            out.append(IncidentListing(incident, Refs(*r[11:]), deliveries))
+        with self.reading():
+            rows = self._db.execute(
+                _LIST_INCIDENTS.format(where="WHERE state = 'open'" if open_only else ""),
+                (limit,),
+            ).fetchall()
+            for r in rows:
+                incident = _incident(r[:11])
+                deliveries: dict[str, dict[str, int]] = {}
+                for integration, status, n in self._db.execute(
+                    "SELECT integration, status, COUNT(*) FROM outbox WHERE incident_id = ? "
+                    "GROUP BY integration, status",
+                    (incident.incident_id,),
+                ):
+                    deliveries.setdefault(integration, {})[status] = n
+                out.append(IncidentListing(incident, Refs(*r[11:]), deliveries))
         return out
 
     def outbox_rows(self, incident_id: str | None = None) -> list[dict[str, Any]]:

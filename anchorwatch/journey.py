@@ -550,7 +550,13 @@ class Journey:
             return
         store = Store(self.state_dir, create=False)
         try:
-            listings = store.list_incidents(open_only=False, limit=1000)
+            # One view of the state: a delivery seen done has its references (Slack ts,
+            # Jira key) in the same view, or the line would print without them.
+            with store.reading():
+                listings = store.list_incidents(open_only=False, limit=1000)
+                outbox: dict[str, list[dict[str, Any]]] = {}
+                for r in store.outbox_rows():
+                    outbox.setdefault(r["incident_id"], []).append(r)
             for item in sorted(listings, key=lambda x: x.row.opened_at_ms):
                 row, refs = item.row, item.refs
                 seen = report.seen.setdefault(
@@ -559,7 +565,7 @@ class Journey:
                 )
                 seen.severity = row.severity
                 seen.reopened = int(row.record.get("reopened", 0))
-                rows = store.outbox_rows(row.incident_id)
+                rows = outbox.get(row.incident_id, [])
                 done = {(r["integration"], r["kind"]) for r in rows if r["status"] == "done"}
                 codes = set(seen.reasons)
                 for r in rows:

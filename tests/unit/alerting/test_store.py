@@ -209,6 +209,22 @@ def test_readers_see_committed_state_while_a_writer_holds_it(tmp_path: Path) -> 
     assert [i.row.incident_id for i in reader.list_incidents(open_only=True, limit=5)] == ["i1"]
 
 
+def test_reads_in_one_view_do_not_see_a_commit_made_between_them(tmp_path: Path) -> None:
+    """A delivery marked done and the references it produced commit together; a reader
+    that lists the incidents and then reads the outbox must see both or neither."""
+    writer, reader = Store(tmp_path), Store(tmp_path, create=False)
+    writer.commit_batch(batch(incidents=[row()], outbox=[entry("i1", 1)]), keep_verdict_ids=0)
+    e = writer.due("slack", 10**9, 1)[0]
+    with reader.reading():
+        listed = reader.list_incidents(open_only=False, limit=5)
+        writer.mark_done([e.id], "sent", 5, incident_id="i1", refs={"jira_key": "OPS-1"})
+        statuses = [r["status"] for r in reader.outbox_rows("i1")]
+    assert (listed[0].refs.jira_key, statuses) == (None, ["pending"])
+    # Outside the view, the next reads see the commit whole.
+    assert reader.list_incidents(open_only=False, limit=5)[0].refs.jira_key == "OPS-1"
+    assert [r["status"] for r in reader.outbox_rows("i1")] == ["done"]
+
+
 def test_outcome_before_is_the_finished_outcome_of_the_entry_just_before(store: Store) -> None:
     store.commit_batch(
         batch(
