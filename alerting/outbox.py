@@ -1,5 +1,5 @@
 """The outbox's drainer: one sender thread per integration, delivering its entries in order
-per incident, at its rate, retrying what failed.
+per incident, at its rate (per channel for Slack), retrying what failed.
 
 A drainer takes, per incident, only the lowest unfinished entry (see ``Store.due``), so
 updates never overtake the message they belong to, and an outage of one integration never
@@ -41,17 +41,30 @@ class TokenBucket:
         self._clock = clock
         self._at = clock()
 
-    def wait_s(self) -> float:
-        """0 and a token taken, or how long to wait before asking again."""
-        if self._rate is None:
-            return 0.0
+    def _refill(self) -> None:
+        assert self._rate is not None
         now = self._clock()
         self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
         self._at = now
+
+    def wait_s(self, *, take: bool = True) -> float:
+        """0 and a token taken (none with ``take=False``), or how long to wait before asking
+        again."""
+        if self._rate is None:
+            return 0.0
+        self._refill()
         if self._tokens >= 1.0:
-            self._tokens -= 1.0
+            if take:
+                self._tokens -= 1.0
             return 0.0
         return (1.0 - self._tokens) / self._rate
+
+    def full(self) -> bool:
+        """Refilled to its burst: no different from a new bucket."""
+        if self._rate is None:
+            return True
+        self._refill()
+        return self._tokens >= self._burst
 
 
 CrashHook = Callable[[str, str], None]
@@ -70,7 +83,22 @@ class Drainer:
     per call) is what makes that possible, and more: a retry survives a restart (the
     schedule is in the state file), a stop never waits for a backoff to end, and an alert
     is never dropped because a budget ran out: only a permanent failure ends an entry.
+
+    The rate applies per *rate key*, the sender's ``rate_key`` (Slack: the channel, which is
+    what Slack limits; without one, a single key): an entry whose key has no token left is
+    skipped for the round (its incident's later entries wait behind it, ``Store.due`` only
+    offers the lowest) while other keys go on. ``total_rate_per_s`` caps all keys together
+    (Slack: the workspace).
     """
+
+    #: Past this many rate keys, the buckets that are full again are dropped: a full bucket
+    #: is no different from a new one, so forgetting it is exact, and what stays is the keys
+    #: used within the last burst / rate seconds.
+    MAX_BUCKETS = 1_000
+    #: A page of due entries whose keys all wait is read once more, this many times larger:
+    #: entries of other keys may lie behind one key's backlog (deeper than that, they wait
+    #: until it shrinks). Not for a sender without keys: there are no others.
+    WIDEN = 16
 
     def __init__(
         self,
@@ -81,6 +109,7 @@ class Drainer:
         *,
         rate_per_s: float | None = None,
         burst: int = 1,
+        total_rate_per_s: float | None = None,
         batch_size: int = 200,
         clock: Callable[[], float] = time.time,
         crash: CrashHook = lambda point, integration: None,
@@ -88,15 +117,20 @@ class Drainer:
         self.integration = sender.integration
         self._batch: BatchSender | None = None
         self._single: Sender | None = None
+        self._rate_key: Callable[[OutboxEntry], str | None] | None = None
         if hasattr(sender, "send_batch"):
             self._batch = cast(BatchSender, sender)
         else:
             self._single = sender
+            self._rate_key = getattr(sender, "rate_key", None)
         sender.bind(store)
         self._store = store
         self._retry = retry
         self._metrics = metrics
-        self._bucket = TokenBucket(rate_per_s, burst, clock)
+        self._rate = rate_per_s
+        self._burst = burst
+        self._buckets: dict[str | None, TokenBucket] = {}  # per rate key
+        self._total = TokenBucket(total_rate_per_s, burst, clock)
         self._batch_size = batch_size
         self._clock = clock
         self._crash = crash
@@ -123,29 +157,69 @@ class Drainer:
     def drain_once(self, stop: threading.Event | None = None) -> float | None:
         """Handle every entry due now. Returns how long to wait before the next round
         (None: nothing left that will be due without new work)."""
+        limit = self._batch_size
         while stop is None or not stop.is_set():
             now = self._clock()
             if now < self.paused_until:
                 return self.paused_until - now
-            entries = self._store.due(self.integration, self._now_ms(), self._batch_size)
+            entries = self._store.due(self.integration, self._now_ms(), limit)
             if not entries:
                 break
             if self._batch is not None:
                 self._send_batch(self._batch, entries)
                 continue
             assert self._single is not None
+            sent = False
+            skipped: dict[str | None, float] = {}  # keys whose buckets are empty: their waits
             for entry in entries:
                 if stop is not None and stop.is_set():
                     return None
-                if (wait := self._bucket.wait_s()) > 0:
-                    return wait
+                if (wait := self._total.wait_s(take=False)) > 0:
+                    return wait  # the cap over all keys: no key may start
+                key = self._key(entry)
+                if (wait := self._bucket(key).wait_s()) > 0:
+                    skipped[key] = wait  # this key waits; other keys go on
+                    continue
+                self._total.wait_s()
                 self._process(self._single, entry)
+                self._rekey(entry, key)
+                sent = True
                 if self._clock() < self.paused_until:
                     break
+            if not sent:  # every entry skipped: the soonest key's wait (they are due now)
+                full_page = len(entries) == limit
+                if full_page and limit == self._batch_size and None not in skipped:
+                    limit *= self.WIDEN  # once: other keys may be behind this page
+                    continue
+                return min(skipped.values())
         due = self._store.next_due_ms(self.integration)
         if due is None:
             return None
         return max(due / 1000 - self._clock(), 0.0)
+
+    def _key(self, entry: OutboxEntry) -> str | None:
+        """The entry's rate key (None: the integration's one key)."""
+        if self._rate_key is None:
+            return None
+        try:
+            return self._rate_key(entry)
+        except Exception:  # an entry it cannot read: sending it fails, and is handled, there
+            return None
+
+    def _rekey(self, entry: OutboxEntry, key: str | None) -> None:
+        """A send may teach the sender another name for the key (Slack: the id of a channel
+        routed by name): its bucket follows, so the channel is not paced as two."""
+        new = self._key(entry)
+        if new != key and new not in self._buckets:
+            self._buckets[new] = self._buckets.pop(key)
+
+    def _bucket(self, key: str | None) -> TokenBucket:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            if len(self._buckets) >= self.MAX_BUCKETS:
+                self._buckets = {k: b for k, b in self._buckets.items() if not b.full()}
+            bucket = self._buckets[key] = TokenBucket(self._rate, self._burst, self._clock)
+        return bucket
 
     def run(self, stop: threading.Event) -> None:
         """The sender thread: drain, then sleep until something is due or new work arrives."""

@@ -135,10 +135,12 @@ class AlertingService:
         # One attempt per call: the drainer owns retries (see outbox.Drainer).
         return integration.sender(self.settings, OneAttempt(self.metrics.notify))
 
-    def _rate(self, name: str) -> float | None:
+    def _rates(self, name: str) -> tuple[float | None, float | None]:
+        """Its rate per rate key, and over all keys (a dry run sends nothing: no limits)."""
         if self.settings.alerting.dry_run:
-            return None
-        return registry.BY_NAME[name].rate_per_s(self.settings)
+            return None, None
+        integration = registry.BY_NAME[name]
+        return integration.rate_per_s(self.settings), integration.total_rate_per_s(self.settings)
 
     def start(self) -> AlertingService:
         s = self.settings
@@ -212,13 +214,15 @@ class AlertingService:
         a = self.settings.alerting
         store = Store(a.state_dir, synchronous=a.sqlite_synchronous)
         sender = self._sender(name)
+        rate, total_rate = self._rates(name)
         drainer = Drainer(
             sender,
             store,
             self.settings.retry.policy(),
             self.metrics,
-            rate_per_s=self._rate(name),
+            rate_per_s=rate,
             burst=a.rate_burst,
+            total_rate_per_s=total_rate,
             clock=self._clock,
             crash=self._crash,
         )

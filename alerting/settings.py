@@ -388,14 +388,25 @@ class AlertingSection(Section):
         1.0,
         gt=0,
         le=1000,
-        description="Most Slack notifications started per second (Slack allows about one "
-        "message per second per channel).",
+        description="Most Slack notifications started per second per channel (Slack allows "
+        "about one message per second per channel); channels do not wait for each other.",
+    )
+    slack_workspace_rate_per_s: float = Field(
+        20.0,
+        gt=0,
+        le=1000,
+        description="Most Slack notifications started per second over all channels together "
+        "(Slack also limits an app per workspace).",
     )
     jira_rate_per_s: float = Field(
         5.0, gt=0, le=1000, description="Most Jira operations started per second."
     )
     rate_burst: int = Field(
-        3, ge=1, le=1000, description="Notifications allowed in a burst above those rates."
+        3,
+        ge=1,
+        le=1000,
+        description="Notifications allowed in a burst above those rates (per channel, and "
+        "over all channels, for Slack).",
     )
     recent_verdict_ids: int = Field(
         50_000,

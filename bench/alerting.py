@@ -12,8 +12,10 @@ this process, and runs `anchorwatch alerting serve` as its own process per confi
 2. throughput: --types doc types x --windows windows produced beforehand (every
    --drifting-every-th type drifts: incidents, all open at once, and notifications), then
    verdicts/s from the service being ready to the last one decided and committed; then the
-   wait for every incident's Slack parent (the queue drains at alerting.slack_rate_per_s,
-   --slack-rate); peak RSS of the service and the size of its state files.
+   wait for every incident's Slack parent (all in the default channel: the queue drains at
+   alerting.slack_rate_per_s, per channel, --slack-rate, which also sets the workspace-wide
+   alerting.slack_workspace_rate_per_s); peak RSS of the service and the size of its state
+   files.
 3. --week-types N: a simulated week of N types (one incident per type a day) through the
    engine in this process: the size of the state files after a week.
 
@@ -83,7 +85,12 @@ def service(
     slack_rate: float | None = None,
 ) -> Iterator[tuple[psutil.Process, str]]:
     port = free_port()
-    rates = {} if slack_rate is None else {"slack_rate_per_s": slack_rate}
+    # One channel here: the workspace-wide cap must not be the lower of the two.
+    rates = (
+        {}
+        if slack_rate is None
+        else {"slack_rate_per_s": slack_rate, "slack_workspace_rate_per_s": slack_rate}
+    )
     env = service_env({
         "kafka": {"bootstrap_servers": job.kafka.bootstrap_servers},
         "topics": dict(job.topics),
@@ -337,8 +344,8 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--slack-rate", type=float,
-        help="alerting.slack_rate_per_s for the throughput run (default: the service's, 1/s:"
-        " one channel)",
+        help="alerting.slack_rate_per_s (per channel; all incidents go to one) and"
+        " slack_workspace_rate_per_s for the throughput run (default: the service's, 1/s)",
     )  # fmt: skip
     parser.add_argument(
         "--sync", choices=("FULL", "NORMAL", "both"), default="both", help="SQLite sync modes"

@@ -1,6 +1,7 @@
 """What an integration is to the service: which incident changes it acts on, whether the
-settings turn it on, how fast it may be called, and the ``Sender`` that delivers its outbox
-entries (and reconciles one a crash or an ambiguous failure may have delivered already).
+settings turn it on, how fast it may be called (per rate key, and in all), and the ``Sender``
+that delivers its outbox entries (and reconciles one a crash or an ambiguous failure may
+have delivered already).
 
 The drainer (``outbox.py``) runs a sender; the engine (``engine.py``) reads ``actions`` to
 turn each incident change into outbox entries; dry runs ask ``describe`` what would be sent.
@@ -41,6 +42,11 @@ class Sender(Protocol):
     def reconcile(self, entry: OutboxEntry) -> Delivered | None:
         return None  # cannot tell: sent again (at least once)
 
+    def rate_key(self, entry: OutboxEntry) -> str | None:
+        """What the remote side limits the entry's rate by (Slack: its channel): each key
+        gets the integration's ``rate_per_s``. None (the default): one key for all."""
+        return None
+
     def close(self) -> None:
         """Let go of what it holds (connections, buffered records)."""
         return None
@@ -74,8 +80,10 @@ class Integration:
     sender: Callable[[AlertingSettings, Caller], Sender | BatchSender]
     #: What a dry run logs instead of sending an entry.
     describe: Callable[[AlertingSettings, OutboxEntry], dict[str, Any]]
-    #: Most calls started per second (None: no limit).
+    #: Most calls started per second per rate key (``Sender.rate_key``; None: no limit).
     rate_per_s: Callable[[AlertingSettings], float | None] = lambda settings: None
+    #: Most calls started per second over all its rate keys (None: no limit but theirs).
+    total_rate_per_s: Callable[[AlertingSettings], float | None] = lambda settings: None
     #: What its entries carry: the notification payload (``payload.py``) or the drift event.
     carries: Literal["notification", "event"] = "notification"
     #: After a change of this kind, a second entry of that kind (Jira: a reopened ticket

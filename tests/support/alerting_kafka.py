@@ -46,6 +46,7 @@ def service_config(
             "update_interval_s": 120,
             "poll_timeout_s": 0.2,
             "slack_rate_per_s": 50,
+            "slack_workspace_rate_per_s": 50,
             "jira_rate_per_s": 50,
             **alerting,
         },

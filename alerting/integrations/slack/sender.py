@@ -92,6 +92,17 @@ class SlackSender(Sender):
     def bind(self, store: Store) -> None:
         self._store = store
 
+    def _routed(self, note: Note) -> str:
+        """The channel the incident's parent message goes to."""
+        return self._routing.channel_for(note.view.doc_type, note.view.severity)
+
+    def rate_key(self, entry: OutboxEntry) -> str:
+        """Slack limits posting per channel: the thread's, or, before the parent is posted,
+        the routed one (as the id learned from an earlier post, so both name one bucket)."""
+        if entry.refs.slack_channel is not None:
+            return entry.refs.slack_channel
+        return self._channel_id(self._routed(Note.of(entry)))
+
     def _channel_id(self, channel: str) -> str:
         if self._store is not None and (known := self._store.meta_get(f"slack_channel:{channel}")):
             return known
@@ -121,7 +132,7 @@ class SlackSender(Sender):
             return Delivered("sent")
         if entry.action == "open":
             ref = self._notifier.open(note.view)
-            channel = self._routing.channel_for(note.view.doc_type, note.view.severity)
+            channel = self._routed(note)
             if self._store is not None and channel != ref.channel:
                 self._store.meta_set(f"slack_channel:{channel}", ref.channel)
             return Delivered("sent", {"slack_channel": ref.channel, "slack_ts": ref.ts})
@@ -158,9 +169,7 @@ class SlackSender(Sender):
 
     def _reconcile_parent(self, entry: OutboxEntry, note: Note) -> Delivered | None:
         label = incident_label(note.view.incident_id)
-        channel = self._channel_id(
-            self._routing.channel_for(note.view.doc_type, note.view.severity)
-        )
+        channel = self._channel_id(self._routed(note))
         since = (entry.first_attempt_ms or entry.consumed_ms) / 1000 - self.SKEW_S
         cursor: str | None = None
         for _ in range(self._max_pages):
@@ -277,5 +286,6 @@ SLACK = Integration(
     enabled=lambda settings: settings.slack.mode != "off",
     sender=_sender,
     describe=describe,
-    rate_per_s=lambda settings: settings.alerting.slack_rate_per_s,
+    rate_per_s=lambda settings: settings.alerting.slack_rate_per_s,  # per channel
+    total_rate_per_s=lambda settings: settings.alerting.slack_workspace_rate_per_s,
 )

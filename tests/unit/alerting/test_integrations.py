@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from anchorwatch.alerting.integrations import registry
+from anchorwatch.alerting.service import AlertingService
 from anchorwatch.alerting.settings import AlertingSettings
 
 KINDS = {"opened", "reopened", "updated", "progress", "resolved"}
@@ -63,10 +64,16 @@ def test_charts_follow_updates_only_when_the_settings_draw_them(tmp_path: Path) 
 
 
 def test_rates_come_from_the_settings(tmp_path: Path) -> None:
-    s = settings(tmp_path, alerting={"slack_rate_per_s": 2.5})
-    assert registry.BY_NAME["slack"].rate_per_s(s) == 2.5
+    s = settings(tmp_path, alerting={"slack_rate_per_s": 2.5, "slack_workspace_rate_per_s": 7})
+    assert registry.BY_NAME["slack"].rate_per_s(s) == 2.5  # per channel
+    assert registry.BY_NAME["slack"].total_rate_per_s(s) == 7  # per workspace
     assert registry.BY_NAME["jira"].rate_per_s(s) == s.alerting.jira_rate_per_s
+    assert registry.BY_NAME["jira"].total_rate_per_s(s) is None
     assert registry.BY_NAME["events"].rate_per_s(s) is None
+    # What the service's sender threads are given; a dry run sends nothing, unpaced.
+    assert AlertingService(s)._rates("slack") == (2.5, 7)
+    dry = settings(tmp_path, alerting={"dry_run": True})
+    assert AlertingService(dry)._rates("slack") == (None, None)
 
 
 def test_an_unknown_name_is_refused() -> None:

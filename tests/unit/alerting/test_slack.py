@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +21,12 @@ from anchorwatch.alerting.integrations.slack.notifier import (
     SlackRef,
     SlackWebhookNotifier,
 )
+from anchorwatch.alerting.integrations.slack.sender import SlackSender
 from anchorwatch.alerting.notify import ManualClock, PermanentError, RetryableError, RetryPolicy
-from anchorwatch.alerting.render import WindowPoint, incident_label
+from anchorwatch.alerting.payload import notification_payload
+from anchorwatch.alerting.render import IncidentView, WindowPoint, incident_label
 from anchorwatch.alerting.settings import RoutingSection, SlackSection
+from anchorwatch.alerting.store import Action, OutboxEntry, Refs, Store
 from tests.support.alerting import SLACK_TOKEN
 from tests.support.rendering import HOSTILE, assert_slack_safe, view
 
@@ -120,6 +124,47 @@ def test_routing_doc_type_beats_severity_beats_default(
     n.open(view("medical_report"))
     n.open(view("invoice", severity="warning"))
     assert [m["channel_name"] for m in received(slack)] == ["#medical", "#drift-alerts"]
+
+
+def outbox_entry(
+    incident: IncidentView, action: Action = "open", refs: Refs | None = None
+) -> OutboxEntry:
+    return OutboxEntry(
+        id=1,
+        incident_id=incident.incident_id,
+        doc_type=incident.doc_type,
+        seq=1,
+        integration="slack",
+        action=action,
+        kind="opened",
+        payload=notification_payload(incident, []),
+        status="pending",
+        attempts=0,
+        consumed_ms=0,
+        first_attempt_ms=None,
+        refs=refs or Refs(),
+    )
+
+
+def test_the_senders_rate_key_is_the_channel_its_entry_posts_to(
+    slack: LocalSlack, clock: ManualClock, tmp_path: Path
+) -> None:
+    """The outbox paces Slack per rate key: it must be the channel the entry goes to."""
+    sender = SlackSender(notifier(slack, clock), ROUTING)
+    sender.bind(Store(tmp_path))
+    # Before the parent is posted: the routed channel.
+    assert sender.rate_key(outbox_entry(view("medical_report"))) == "#medical"
+    assert sender.rate_key(outbox_entry(view("invoice", severity="warning"))) == "#drift-alerts"
+    critical = outbox_entry(view("invoice"))
+    assert sender.rate_key(critical) == "#ops-pager"
+    # The parent posted: Slack names the channel by its id, and so does the key from now on,
+    # also for another incident's parent routed there: one channel, one bucket.
+    thread = sender.send(critical).refs["slack_channel"]
+    assert thread == received(slack)[0]["channel"] != "#ops-pager"
+    assert sender.rate_key(outbox_entry(view("receipt", incident_id="inc-2"))) == thread
+    # An entry of an incident with a thread: the thread's channel, whatever the routing says.
+    update = outbox_entry(view("medical_report"), "update", Refs("C0THREAD1", "1.0"))
+    assert sender.rate_key(update) == "C0THREAD1"
 
 
 @pytest.mark.parametrize(
