@@ -12,16 +12,18 @@ this process, and runs `anchorwatch alerting serve` as its own process per confi
 2. throughput: --types doc types x --windows windows produced beforehand (every
    --drifting-every-th type drifts: incidents, all open at once, and notifications), then
    verdicts/s from the service being ready to the last one decided and committed; then the
-   wait for every incident's Slack parent (all in the default channel: the queue drains at
-   alerting.slack_rate_per_s, per channel, --slack-rate, which also sets the workspace-wide
-   alerting.slack_workspace_rate_per_s); peak RSS of the service and the size of its state
-   files.
+   wait for every incident's Slack parent (the queue drains at alerting.slack_rate_per_s per
+   channel, --slack-rate, and slack_workspace_rate_per_s over all, --workspace-rate; the
+   drifting types are routed round-robin to --channels channels, doc_type_channels); peak
+   RSS of the service and the size of its state files.
 3. --week-types N: a simulated week of N types (one incident per type a day) through the
    engine in this process: the size of the state files after a week.
 
     .venv/bin/python -m bench.alerting --incidents 40 --types 1000 --windows 20
     .venv/bin/python -m bench.alerting --incidents 0 --types 10000 --windows 30 \
         --drifting-every 10 --slack-rate 50 --sync FULL      # 1,000 incidents at once
+    .venv/bin/python -m bench.alerting --incidents 0 --types 10000 --windows 30 \
+        --drifting-every 10 --channels 20 --sync FULL        # over 20 channels, default rates
     .venv/bin/python -m bench.alerting --week-types 100
 
 The verdicts, the settings as environment and the service process are the alerting
@@ -83,20 +85,23 @@ def service(
     jira: LocalJira,
     sync: str,
     slack_rate: float | None = None,
+    workspace_rate: float | None = None,
+    channels: dict[str, str] | None = None,
 ) -> Iterator[tuple[psutil.Process, str]]:
     port = free_port()
-    # One channel here: the workspace-wide cap must not be the lower of the two.
-    rates = (
-        {}
-        if slack_rate is None
-        else {"slack_rate_per_s": slack_rate, "slack_workspace_rate_per_s": slack_rate}
-    )
+    rates = {
+        name: rate
+        for name, rate in (("slack_rate_per_s", slack_rate),
+                           ("slack_workspace_rate_per_s", workspace_rate))
+        if rate is not None
+    }  # fmt: skip
     env = service_env({
         "kafka": {"bootstrap_servers": job.kafka.bootstrap_servers},
         "topics": dict(job.topics),
         "alerting": {"state_dir": state, "start_offset": "earliest", "metrics_port": port,
                      "sqlite_synchronous": sync, **rates},
-        "slack": {"mode": "bot", "api_url": slack.api_url, "bot_token": SLACK_TOKEN},
+        "slack": {"mode": "bot", "api_url": slack.api_url, "bot_token": SLACK_TOKEN,
+                  "doc_type_channels": channels or {}},
         "jira": {"enabled": True, "url": jira.url},
         # One critical window opens an incident (the default policy waits for two): the
         # latency timed is the service's, from the verdict that opens it.
@@ -200,8 +205,11 @@ def throughput(
     windows: int,
     drifting_every: int,
     slack_rate: float | None,
+    workspace_rate: float | None,
+    channels: int,
 ) -> None:
     drifting = {f"t{i:05d}" for i in range(0, types, drifting_every)}
+    routes = {doc: f"#drift-{n % channels:03d}" for n, doc in enumerate(sorted(drifting))}
     names = [f"t{i:05d}" for i in range(types)]
     records = [
         (
@@ -222,7 +230,16 @@ def throughput(
     with (
         TimedSlack(token=SLACK_TOKEN) as slack,
         LocalJira() as jira,
-        service(job, state, slack, jira, sync, slack_rate) as (proc, url),
+        service(
+            job,
+            state,
+            slack,
+            jira,
+            sync,
+            slack_rate,
+            workspace_rate,
+            routes if channels > 1 else None,
+        ) as (proc, url),
     ):
         # From the first verdict produced to the last one decided and committed.
         started = time.monotonic()
@@ -259,7 +276,8 @@ def throughput(
     ]
     if waits:
         print(
-            f"    {len(parents):,} incidents open at once, {len(waits):,} Slack parents: "
+            f"    {len(parents):,} incidents open at once, {len(waits):,} Slack parents in "
+            f"{channels} channel(s): "
             f"verdict consumed -> Slack received {quantiles(waits)}"
         )
 
@@ -344,8 +362,17 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument(
         "--slack-rate", type=float,
-        help="alerting.slack_rate_per_s (per channel; all incidents go to one) and"
-        " slack_workspace_rate_per_s for the throughput run (default: the service's, 1/s)",
+        help="alerting.slack_rate_per_s, per channel, for the throughput run (default: the "
+        "service's, 1/s); also the workspace rate unless --workspace-rate is given",
+    )  # fmt: skip
+    parser.add_argument(
+        "--workspace-rate", type=float,
+        help="alerting.slack_workspace_rate_per_s (default: --slack-rate if given, else the "
+        "service's, 20/s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--channels", type=int, default=1,
+        help="Slack channels the drifting types are routed to, round-robin (throughput)",
     )  # fmt: skip
     parser.add_argument(
         "--sync", choices=("FULL", "NORMAL", "both"), default="both", help="SQLite sync modes"
@@ -373,6 +400,8 @@ def main() -> None:
                 throughput(
                     job, root, sync, args.types, args.windows, args.drifting_every,
                     args.slack_rate,
+                    args.workspace_rate if args.workspace_rate is not None else args.slack_rate,
+                    args.channels,
                 )  # fmt: skip
 
 

@@ -7,6 +7,7 @@ read-parse-discard job over the same topic, in one run on this machine.
     .venv/bin/python bench/job.py --events 1500000 --rounds 3 --jackson         # the scanner's gain
     .venv/bin/python bench/job.py --events 3000000 --rounds 2 --input summaries # topics.summaries
     .venv/bin/python bench/job.py --events 3000000 --rounds 2 --input both      # summaries' gain
+    .venv/bin/python bench/job.py --events 3000000 --rounds 2 --rocksdb         # its state cost
 
 1. Starts a private Kafka (free ports, temporary directory) and loads N realistic snapshot
    events (from the traffic generator, replayed with fresh ids and new event times).
@@ -34,7 +35,8 @@ read-parse-discard job over the same topic, in one run on this machine.
    runs the drift job without its event_id deduplication in the same rounds, and prints
    what deduplicating costs. `--jackson` also runs read-parse-discard with the format's
    `decoder` 'jackson' (Flink's JSON decoder for every record, the format before its byte
-   scanner) in the same rounds.
+   scanner) in the same rounds. `--rocksdb` also runs the drift job with its state in
+   RocksDB (`job.state_backend`) in the same rounds.
 3. Latency: runs the drift job unbounded, and each second sends one event that moves the
    watermark past a window end; reports the time from that send until the window's verdict
    is readable on the verdicts topic (p50 / p99 / max). It reads the summaries topic when
@@ -194,6 +196,11 @@ def run_drift(settings: JobSettings, jar: Path) -> float:
 
 def run_drift_without_dedup(settings: JobSettings, jar: Path) -> float:
     job = settings.job.model_copy(update={"deduplicate": False})
+    return run_drift(settings.model_copy(update={"job": job}), jar)
+
+
+def run_drift_on_rocksdb(settings: JobSettings, jar: Path) -> float:
+    job = settings.job.model_copy(update={"state_backend": "rocksdb"})
     return run_drift(settings.model_copy(update={"job": job}), jar)
 
 
@@ -407,6 +414,11 @@ def main() -> None:
         "(format option decoder = 'jackson') in the same rounds",
     )
     parser.add_argument(
+        "--rocksdb",
+        action="store_true",
+        help="also run the drift job with job.state_backend = rocksdb in the same rounds",
+    )
+    parser.add_argument(
         "--input",
         choices=("snapshots", "summaries", "both"),
         default="snapshots",
@@ -457,6 +469,8 @@ def bench(bootstrap: str, args: Any) -> None:
         kinds.append(("drift job", run_drift, drift_job.SNAPSHOTS))
     if args.dedup in ("off", "both"):
         kinds.append(("drift job, no dedup", run_drift_without_dedup, drift_job.SNAPSHOTS))
+    if args.rocksdb:
+        kinds.append(("drift job, rocksdb", run_drift_on_rocksdb, drift_job.SNAPSHOTS))
 
     def named(kind: str, source: str) -> str:
         # Today's names when the jobs read the snapshots only.

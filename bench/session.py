@@ -78,6 +78,8 @@ def windows_on_topic(
                 lines = (first.get("stacktrace") or "").splitlines()
                 said = [lines[0]] if lines else []
                 said += [line for line in lines if line.startswith("Caused by:")][-1:]
+                # Where it happened: the trace, up to the first frames of each cause.
+                print("\n".join(lines[:200]), flush=True)
                 raise SystemExit(
                     f"the job restarted after {seen} of {want} verdicts: "
                     + " / ".join(said or [str(first.get("exceptionName"))])
@@ -93,6 +95,8 @@ def main() -> None:
     parser.add_argument("--event-rate", type=int, default=100_000)
     parser.add_argument("--tm-memory", default="1728m", help="TaskManager process memory")
     parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--state-backend", choices=("hashmap", "rocksdb"), default="hashmap",
+                        help="the job's job.state_backend")  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="anchorwatch-bench-session-") as tmp:
         stack = stack_on_free_ports(Path(tmp), flink=True,
@@ -126,7 +130,8 @@ def close_windows(settings: JobSettings, windows: set[tuple[str, int]]) -> None:
 def run(stack: Stack, args: argparse.Namespace) -> None:
     base = JobSettings.load(kafka={"bootstrap_servers": stack.kafka.bootstrap},
                             job={"parallelism": args.parallelism,
-                                 "startup_mode": "earliest-offset"})  # fmt: skip
+                                 "startup_mode": "earliest-offset",
+                                 "state_backend": args.state_backend})  # fmt: skip
     settings = base.model_copy(
         update={"topics": flow.run_scoped_topics(base.topics, flow.new_run_id())}
     )
@@ -159,7 +164,8 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
           f"{args.events / wall:,.0f} events/s (from its tasks running to the last verdict)",
           flush=True)  # fmt: skip
     jvm, workers = peak.peak_rss / 2**20, peak.peak_workers_rss / 2**20
-    print(f"TaskManager ({args.tm_memory} process memory, heap {heap}): peak RSS {jvm:,.0f} "
+    print(f"TaskManager ({args.tm_memory} process memory, heap {heap}, state "
+          f"{args.state_backend}): peak RSS {jvm:,.0f} "
           f"MiB; its Python workers {workers:,.0f} MiB; GC {gc:.1f} s; restarts {restarted}",
           flush=True)  # fmt: skip
 

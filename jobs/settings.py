@@ -31,6 +31,13 @@ class JobOptions(Section):
         None,
         description="Checkpoint storage URI (file://, s3://...); unset: the cluster's default.",
     )
+    state_backend: Literal["hashmap", "rocksdb"] = Field(
+        "hashmap",
+        description="Where the job keeps its state (the open windows with their event ids): "
+        "'hashmap' on the JVM heap, fastest while it fits; 'rocksdb' in the TaskManager's "
+        "managed memory and local disk, so the heap stays small however many ids a window "
+        "holds (checkpoints are then incremental).",
+    )
     deduplicate: bool = Field(
         True,
         description="Count each event_id at most once in its window (a retried batch cannot "
