@@ -4,8 +4,7 @@
       valid    -> split by the watermark:                                                |
       on time  -> tumbling event-time windows per doc type: count, mean, max, p95,       |
                   stddev, anchors, data-quality shares, mean KL, each event_id once      |
-                  (`deduplicate`; Java aggregates, jobs/jvm: per shard of the ids, then  |
-                  the shards of each window added up)                                    |
+                  (`deduplicate`; one Java aggregate, jobs/jvm WindowFigures)            |
       late     -> tallied per doc type every `late_report_s` (processing time)           |
       invalid  -> dead-letter topic (field and reason named; partition and offset kept), |
                   including records that are not JSON objects (their text kept)          |
@@ -68,8 +67,7 @@ log = logging.getLogger(__name__)
 #: 2: each event_id counted once per window. 3: flat lines across windows and drops to a
 #: quarter of the normal level diagnosed. 4: ids remembered per window and late interval
 #: (a copy arriving after its window fired is tallied late), figures summed in arrival order.
-#: 5: on-time figures summed per shard of the ids, then the shards added up.
-JOB_VERSION = "5"
+JOB_VERSION = "4"
 
 SNAPSHOTS = "snapshots"
 BASELINES = "baselines"
@@ -278,17 +276,9 @@ def _reason_expression() -> str:
 #: The valid events (a duplicate included; the window figures count each event_id once).
 EVENTS = "valid_events"
 
-#: Every figure of a window from the valid events, in one aggregate (jobs/jvm WindowFigures):
-#: the late tally's.
+#: Every figure of a window from the valid events, in one aggregate (jobs/jvm WindowFigures).
 FIGURES_FUNCTION = "window_figures"
 FIGURES_CLASS = "dev.anchorwatch.flink.WindowFigures"
-#: The on-time windows' in two steps: figures per shard of the event ids, then per window.
-SHARD_FUNCTION, SHARD_CLASS = "id_shard", "dev.anchorwatch.flink.IdShard"
-SHARD_FIGURES_FUNCTION, SHARD_FIGURES_CLASS = "shard_figures", "dev.anchorwatch.flink.ShardFigures"
-MERGED_FUNCTION, MERGED_CLASS = "merged_figures", "dev.anchorwatch.flink.MergedFigures"
-#: Shards of a window's event ids: each shard's ids are one state value (see ShardFigures),
-#: and a doc type's events spread over the parallel subtasks.
-ID_SHARDS = 16
 
 
 def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
@@ -308,10 +298,7 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
     # interpolated into the SQL below.
     query = f"SELECT * FROM {SNAPSHOTS} WHERE {valid}"  # noqa: S608
     t_env.create_temporary_view(EVENTS, t_env.sql_query(query))
-    for name, java_class in ((FIGURES_FUNCTION, FIGURES_CLASS), (SHARD_FUNCTION, SHARD_CLASS),
-                             (SHARD_FIGURES_FUNCTION, SHARD_FIGURES_CLASS),
-                             (MERGED_FUNCTION, MERGED_CLASS)):  # fmt: skip
-        t_env.create_java_temporary_function(name, java_class)
+    t_env.create_java_temporary_function(FIGURES_FUNCTION, FIGURES_CLASS)
     # On time: the watermark has not passed the event, so the window operator will count it.
     on_time = "CURRENT_WATERMARK(event_time) IS NULL OR event_time > CURRENT_WATERMARK(event_time)"
     late = "event_time <= CURRENT_WATERMARK(event_time)"
@@ -320,46 +307,28 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
     # same record sent again (same doc type, same event time), so it lands in its original's
     # window, and the window's ids are all it takes to catch it. The late tally computes the
     # same per interval (the judge reads only its count).
-    first_start = f"MIN(event_time_ms - MOD(event_time_ms, {size_ms}))"
-    inputs = (
-        "event_id, mean_drift, anchor_count, snapshot_status, resample_count, "
-        f"max_kl_divergence, {dedup}"
-    )
+    figures = f"""
+          MIN(event_time_ms - MOD(event_time_ms, {size_ms})) AS window_start_ms,
+          MIN(event_time_ms - MOD(event_time_ms, {size_ms})) + {size_ms} AS window_end_ms,
+          {FIGURES_FUNCTION}(event_id, mean_drift, anchor_count, snapshot_status,
+                             resample_count, max_kl_divergence, {dedup}) AS f"""
     spread = ", ".join(f"w.f.{c} AS {c}" for c in WINDOW_FIELDS[4:-1])
 
-    def figures_of(kind: str, grouped: str) -> Any:
+    def windows_of(kind: str, condition: str, time_column: str, size_s: float) -> Any:
+        rows = f"(SELECT * FROM {EVENTS} WHERE {condition})"  # noqa: S608
         return t_env.sql_query(
             f"""
-            SELECT doc_type, CAST('{kind}' AS STRING) AS kind, window_start_ms,
-              window_start_ms + {size_ms} AS window_end_ms,
+            SELECT doc_type, CAST('{kind}' AS STRING) AS kind, window_start_ms, window_end_ms,
               {spread}, CAST(NULL AS STRING) AS letter
-            FROM ({grouped}) AS w
+            FROM (
+              SELECT doc_type, {figures}
+              FROM TABLE(TUMBLE({rows}, DESCRIPTOR({time_column}), {seconds(size_s)}))
+              GROUP BY doc_type, window_start, window_end) AS w
             """  # noqa: S608
         )
 
-    # On time: per shard of the ids, then the shards of each window merged (a cascading
-    # window on the first's window_time, so it fires on the same watermark).
-    shards = f"""
-        SELECT doc_type, window_time AS shard_time,
-          {first_start} AS window_start_ms, {SHARD_FIGURES_FUNCTION}({inputs}) AS p
-        FROM TABLE(TUMBLE(
-          (SELECT *, {SHARD_FUNCTION}(event_id, {ID_SHARDS}) AS shard FROM {EVENTS}
-           WHERE {on_time}),
-          DESCRIPTOR(event_time), {seconds(o.window_size_s)}))
-        GROUP BY doc_type, shard, window_start, window_end, window_time"""  # noqa: S608
-    windows = figures_of("window", f"""
-        SELECT doc_type, MIN(window_start_ms) AS window_start_ms, {MERGED_FUNCTION}(p) AS f
-        FROM TABLE(TUMBLE(({shards}), DESCRIPTOR(shard_time), {seconds(o.window_size_s)}))
-        GROUP BY doc_type, window_start, window_end""")  # noqa: S608  # fmt: skip
-    # Late: per processing-time interval in one step (late events are few, and a second
-    # processing-time window would hold the tally back one more interval). The judge reads
-    # only its count.
-    late_tally = figures_of("late", f"""
-        SELECT doc_type, {first_start} AS window_start_ms,
-          {FIGURES_FUNCTION}({inputs}) AS f
-        FROM TABLE(TUMBLE((SELECT * FROM {EVENTS} WHERE {late}),
-                          DESCRIPTOR(proc_time), {seconds(o.late_report_s)}))
-        GROUP BY doc_type, window_start, window_end""")  # noqa: S608  # fmt: skip
+    windows = windows_of("window", on_time, "event_time", o.window_size_s)
+    late_tally = windows_of("late", late, "proc_time", o.late_report_s)
     # A dead letter keeps the record's text up to what fits under the record limit even if
     # JSON writes every character as 6 bytes (\u0001), key and fields included; a longer one
     # is cut, and its reason gives the length and the sha256 of the whole text.

@@ -27,16 +27,35 @@ import org.apache.flink.types.Row;
  * deviation from sums, its variance clamped at zero. There is no {@code merge}: with one, the
  * planner would pre-aggregate before the exchange and ship every partial id set across it.
  */
-@FunctionHint(output = @DataTypeHint(Figures.RESULT))
+@FunctionHint(
+        output =
+                @DataTypeHint(
+                        "ROW<request_count BIGINT, mean_drift DOUBLE, max_drift DOUBLE,"
+                                + " p95_drift DOUBLE, stddev_drift DOUBLE, anchor_count BIGINT,"
+                                + " disabled_share DOUBLE, zero_anchor_share DOUBLE,"
+                                + " resample_share DOUBLE, mean_kl_divergence DOUBLE>"))
 public final class WindowFigures extends AggregateFunction<Row, WindowFigures.Accumulator> {
 
     private static final long serialVersionUID = 1L;
 
+    /** Drift is rounded to 0.001 for the percentile: one counter per step of [0, 1]. */
+    static final int STEPS = 1000;
+
     private static final StringData DISABLED = StringData.fromString("disabled");
 
-    /** A window's running figures and ids; held on the heap as one object (a RAW value). */
+    /** A window's running figures; held on the heap as one object (a RAW value). */
     public static final class Accumulator {
-        public Figures figures = new Figures();
+        public long count;
+        public double sum;
+        public double sumOfSquares;
+        public double max = Double.NEGATIVE_INFINITY;
+        /** Events per rounded drift step, allocated with the first event. */
+        public int[] steps;
+        public long anchors;
+        public long disabled;
+        public long zeroAnchors;
+        public long resamples;
+        public double klSum;
         public IdSet ids = new IdSet();
     }
 
@@ -55,34 +74,78 @@ public final class WindowFigures extends AggregateFunction<Row, WindowFigures.Ac
             Integer resampleCount,
             Double maxKlDivergence,
             Boolean deduplicate) {
-        // The job passes only valid events: drift in [0, 1], anchor_count present.
-        add(acc, Boolean.TRUE.equals(deduplicate), eventId, meanDrift, anchorCount,
-                DISABLED.equals(status), resampleCount == null ? 0 : resampleCount,
-                maxKlDivergence == null ? 0.0 : maxKlDivergence);
-    }
-
-    /**
-     * One event into a window's (or a shard's) figures, unless its id was seen there. (Its
-     * parameters differ from {@code accumulate}'s in type: Flink reads parameter names from
-     * the bytecode by signature.)
-     */
-    static void add(
-            Accumulator acc,
-            boolean deduplicate,
-            StringData eventId,
-            double drift,
-            int anchors,
-            boolean disabled,
-            int resamples,
-            double kl) {
-        if (deduplicate && !acc.ids.add(eventId.toBytes())) {
+        if (Boolean.TRUE.equals(deduplicate) && !acc.ids.add(eventId.toBytes())) {
             return;
         }
-        acc.figures.add(drift, anchors, disabled, resamples, kl);
+        // The job passes only valid events: drift in [0, 1], anchor_count present.
+        double drift = meanDrift;
+        int anchors = anchorCount;
+        acc.count++;
+        acc.sum += drift;
+        acc.sumOfSquares += drift * drift;
+        acc.max = Math.max(acc.max, drift);
+        if (acc.steps == null) {
+            acc.steps = new int[STEPS + 1];
+        }
+        // As SQL's CAST(drift * 1000 + 0.5 AS BIGINT).
+        int step = (int) (drift * STEPS + 0.5);
+        acc.steps[step] = Math.addExact(acc.steps[step], 1);
+        acc.anchors += anchors;
+        if (DISABLED.equals(status)) {
+            acc.disabled++;
+        }
+        if (anchors == 0) {
+            acc.zeroAnchors++;
+        }
+        acc.resamples += resampleCount == null ? 0 : resampleCount;
+        acc.klSum += maxKlDivergence == null ? 0.0 : maxKlDivergence;
     }
 
     @Override
     public Row getValue(Accumulator acc) {
-        return acc.figures.result();
+        if (acc.count == 0) {
+            return null;
+        }
+        double n = acc.count;
+        // VAR_POP as the planner rewrites it: (SUM(x * x) - SUM(x) * SUM(x) / COUNT(x)) / COUNT(x).
+        double variance = (acc.sumOfSquares - acc.sum * acc.sum / n) / n;
+        return Row.of(
+                acc.count,
+                acc.sum / n,
+                acc.max,
+                percentile(acc.steps, acc.count, 0.95),
+                Math.sqrt(Math.max(variance, 0.0)),
+                acc.anchors,
+                acc.disabled / n,
+                acc.zeroAnchors / n,
+                acc.anchors == 0 ? null : (double) acc.resamples / acc.anchors,
+                acc.klSum / n);
+    }
+
+    /**
+     * Flink's PERCENTILE over values {@code step / 1000.0} held {@code counts[step]} times:
+     * position {@code q * (n - 1) + 1} counted from the smallest, a value where the position
+     * falls on one, else the linear interpolation between its neighbours.
+     */
+    static double percentile(int[] counts, long n, double q) {
+        double position = q * (n - 1) + 1;
+        long lower = (long) Math.floor(position);
+        long higher = (long) Math.ceil(position);
+        // The smallest step at which the running count reaches the lower rank (at least 1).
+        int step = -1;
+        long seen = 0;
+        while (seen < lower) {
+            step++;
+            seen += counts[step];
+        }
+        if (seen >= higher) {
+            return step / (double) STEPS;
+        }
+        int next = step + 1;
+        while (counts[next] == 0) {
+            next++;
+        }
+        return (higher - position) * (step / (double) STEPS)
+                + (position - lower) * (next / (double) STEPS);
     }
 }
