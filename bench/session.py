@@ -95,8 +95,11 @@ def main() -> None:
     parser.add_argument("--event-rate", type=int, default=100_000)
     parser.add_argument("--tm-memory", default="1728m", help="TaskManager process memory")
     parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--state-backend", choices=("hashmap", "rocksdb"), default="hashmap",
-                        help="the job's job.state_backend")  # fmt: skip
+    parser.add_argument(
+        "--state-backend",
+        choices=("hashmap", "rocksdb"),
+        help="the job's job.state_backend (default: the cluster's, hashmap)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="anchorwatch-bench-session-") as tmp:
         stack = stack_on_free_ports(Path(tmp), flink=True,
@@ -165,7 +168,7 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
           flush=True)  # fmt: skip
     jvm, workers = peak.peak_rss / 2**20, peak.peak_workers_rss / 2**20
     print(f"TaskManager ({args.tm_memory} process memory, heap {heap}, state "
-          f"{args.state_backend}): peak RSS {jvm:,.0f} "
+          f"{args.state_backend or 'hashmap'}): peak RSS {jvm:,.0f} "
           f"MiB; its Python workers {workers:,.0f} MiB; GC {gc:.1f} s; restarts {restarted}",
           flush=True)  # fmt: skip
 

@@ -124,7 +124,8 @@ def create_environment(
     config.set("execution.checkpointing.mode", "EXACTLY_ONCE")
     if o.checkpoint_dir:
         config.set("execution.checkpointing.dir", o.checkpoint_dir)
-    config.set("state.backend.type", o.state_backend)
+    if o.state_backend is not None:
+        config.set("state.backend.type", o.state_backend)
     if o.state_backend == "rocksdb":
         # Upload only the files that changed since the last checkpoint.
         config.set("execution.checkpointing.incremental", "true")

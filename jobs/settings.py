@@ -31,12 +31,13 @@ class JobOptions(Section):
         None,
         description="Checkpoint storage URI (file://, s3://...); unset: the cluster's default.",
     )
-    state_backend: Literal["hashmap", "rocksdb"] = Field(
-        "hashmap",
+    state_backend: Literal["hashmap", "rocksdb"] | None = Field(
+        None,
         description="Where the job keeps its state (the open windows with their event ids): "
-        "'hashmap' on the JVM heap, fastest while it fits; 'rocksdb' in the TaskManager's "
-        "managed memory and local disk, so the heap stays small however many ids a window "
-        "holds (checkpoints are then incremental).",
+        "'hashmap' on the JVM heap, the fastest; 'rocksdb' in the TaskManager's managed "
+        "memory and local disk, with incremental checkpoints (many doc types' windows off "
+        "the heap; each window is still read whole at every flush). Unset: the cluster's "
+        "configuration (Flink's default: hashmap).",
     )
     deduplicate: bool = Field(
         True,
