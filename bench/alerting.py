@@ -100,8 +100,8 @@ def service(
         "topics": dict(job.topics),
         "alerting": {"state_dir": state, "start_offset": "earliest", "metrics_port": port,
                      "sqlite_synchronous": sync, **rates},
-        "slack": {"mode": "bot", "api_url": slack.api_url, "bot_token": SLACK_TOKEN,
-                  "doc_type_channels": channels or {}},
+        "slack": {"mode": "bot", "api_url": slack.api_url, "bot_token": SLACK_TOKEN},
+        "routing": {"doc_type_channels": channels or {}},
         "jira": {"enabled": True, "url": jira.url},
         # One critical window opens an incident (the default policy waits for two): the
         # latency timed is the service's, from the verdict that opens it.
