@@ -56,6 +56,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -194,14 +195,18 @@ def run_drift(settings: JobSettings, jar: Path) -> float:
     return time.perf_counter() - started
 
 
-def run_drift_without_dedup(settings: JobSettings, jar: Path) -> float:
-    job = settings.job.model_copy(update={"deduplicate": False})
-    return run_drift(settings.model_copy(update={"job": job}), jar)
+def drift_with(**job_options: Any) -> Callable[[JobSettings, Path], float]:
+    """``run_drift`` with these job settings changed."""
+
+    def run(settings: JobSettings, jar: Path) -> float:
+        job = settings.job.model_copy(update=job_options)
+        return run_drift(settings.model_copy(update={"job": job}), jar)
+
+    return run
 
 
-def run_drift_on_rocksdb(settings: JobSettings, jar: Path) -> float:
-    job = settings.job.model_copy(update={"state_backend": "rocksdb"})
-    return run_drift(settings.model_copy(update={"job": job}), jar)
+run_drift_without_dedup = drift_with(deduplicate=False)
+run_drift_on_rocksdb = drift_with(state_backend="rocksdb")
 
 
 def topic_size(settings: JobSettings, topic: str) -> int:
