@@ -1,13 +1,13 @@
 """The drift job: per doc type, one-minute event-time windows judged against baselines.
 
-    snapshots (Kafka, JSON) --SQL, per event, in the JVM-------------------------------.
+    snapshots (Kafka, JSON) --per event, in the JVM (jobs/jvm DriftFront)-------------.
       valid    -> split by the watermark:                                                |
       on time  -> tumbling event-time windows per doc type: count, mean, max, p95,       |
                   stddev, anchors, data-quality shares, mean KL, each event_id once      |
-                  (`deduplicate`; one Java aggregate, jobs/jvm WindowFigures)            |
-      late     -> tallied per doc type every `late_report_s` (processing time)           |
-      invalid  -> dead-letter topic (field and reason named; partition and offset kept), |
-                  including records that are not JSON objects (their text kept)          |
+                  (`deduplicate`; WindowFiguresOperator, a small record per event)       |
+      late     -> SQL: tallied per doc type every `late_report_s` (processing time)      |
+      invalid  -> SQL: dead-letter topic (field and reason named; partition and offset   |
+                  kept), including records that are not JSON objects (their text kept)   |
     baselines (compacted Kafka topic) ------------------------------------------------.  |
                                                                                       v  v
       Python, per window (not per event): keyed by doc type, keeps the latest baseline,
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from pyflink.common import Row, Types
-from pyflink.datastream import StreamExecutionEnvironment
+from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.datastream.functions import KeyedCoProcessFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 from pyflink.table import (
@@ -108,15 +108,19 @@ def create_environment(
     config.set("python.executable", python)
     config.set("python.client.executable", python)
     config.set("parallelism.default", str(o.parallelism))
-    # SQL operators never hold on to a record they passed on, so chained operators can share
-    # it instead of each getting a copy (the source feeds three branches).
+    # The per-event path is built on the stream environment, which reads none of the above.
+    env.set_parallelism(o.parallelism)
+    # No operator holds on to a record it passed on, so chained operators can share it
+    # instead of each getting a copy (the source's route feeds its events and a side output).
     config.set("pipeline.object-reuse", "true")
+    env.get_config().enable_object_reuse()
     # Python runs once per window, so small bundles cost nothing and keep verdict latency
     # down (the default holds elements for up to a second), and so does a watermark every
     # 50 ms instead of 200: a window fires when the watermark passes its end. Together they
     # took the verdict p99 after the watermark from about 500 to about 300 ms (benchmarks.md).
     config.set("python.fn-execution.bundle.time", "20")
     config.set("pipeline.auto-watermark-interval", "50 ms")
+    env.get_config().set_auto_watermark_interval(50)
     config.set("table.local-time-zone", "UTC")
     config.set("table.exec.source.idle-timeout", f"{o.idle_timeout_s} s")
     config.set("pipeline.name", "anchorwatch-drift")
@@ -274,62 +278,78 @@ def _reason_expression() -> str:
     return f"CASE {cases} END"
 
 
-#: The valid events (a duplicate included; the window figures count each event_id once).
-EVENTS = "valid_events"
-
 #: Every figure of a window from the valid events, in one aggregate (jobs/jvm WindowFigures).
 FIGURES_FUNCTION = "window_figures"
 FIGURES_CLASS = "dev.anchorwatch.flink.WindowFigures"
 
 
-def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
+#: Records that are not a valid on-time event, from the per-event path (DriftFront.others).
+OTHERS = "other_snapshots"
+
+def _front(t_env: StreamTableEnvironment, settings: JobSettings, *, bounded: bool) -> Any:
+    """The job's per-event path (jobs/jvm DriftFront) on ``t_env``'s stream environment."""
+    from pyflink.java_gateway import get_gateway
+
+    gateway = get_gateway()
+    o, topics = settings.job, settings.topics
+    properties = gateway.jvm.java.util.HashMap()
+    for key, value in _kafka(settings).items():
+        properties.put(key.removeprefix("properties."), value)
+    properties.put("auto.offset.reset", "earliest")
+    return gateway.jvm.dev.anchorwatch.flink.DriftFront.build(
+        t_env._j_tenv.execEnv(),
+        topics.drift_input,
+        o.group_id,
+        "earliest-offset" if bounded else o.startup_mode,
+        bounded,
+        properties,
+        o.window_size_s * 1000,
+        o.watermark_delay_ms,
+        o.idle_timeout_s * 1000,
+        o.deduplicate,
+        IDENTIFIER_MAX_CHARS,
+        DOC_TYPE_MAX_CHARS,
+    )
+
+
+def build(
+    t_env: StreamTableEnvironment, settings: JobSettings, *, bounded: bool = False
+) -> StatementSet:
     """Wire the whole job into one statement set (tables must be declared first).
 
     Windows, late tallies and dead letters are one union handed to the per-window Python
     stage, so the whole job is one plan and the snapshots topic is read once."""
     o = settings.job
-    size_ms = o.window_size_s * 1000
-    valid = f"{UNPARSABLE} IS NULL AND NOT ({invalid_condition()})"
     nulls = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in _NULL_FIGURES)
     source = (
         f"CONCAT('drift-job:', '{settings.topics.drift_input}', '/', "
         "CAST(kafka_partition AS STRING), '@', CAST(kafka_offset AS STRING))"
     )
-    # Only validated integers, topic names ([a-zA-Z0-9._-]) and constant text are
-    # interpolated into the SQL below.
-    query = f"SELECT * FROM {SNAPSHOTS} WHERE {valid}"  # noqa: S608
-    t_env.create_temporary_view(EVENTS, t_env.sql_query(query))
+    front = _front(t_env, settings, bounded=bounded)
+    others = t_env.from_data_stream(
+        DataStream(front.getOthers()),
+        Schema.new_builder().column_by_expression("proc_time", "PROCTIME()").build(),
+    )
+    t_env.create_temporary_view(OTHERS, others)
     t_env.create_java_temporary_function(FIGURES_FUNCTION, FIGURES_CLASS)
-    # On time: the watermark has not passed the event, so the window operator will count it.
-    on_time = "CURRENT_WATERMARK(event_time) IS NULL OR event_time > CURRENT_WATERMARK(event_time)"
-    late = "event_time <= CURRENT_WATERMARK(event_time)"
     dedup = "TRUE" if o.deduplicate else "FALSE"
-    # A window's figures, each event_id counted once when deduplicating: a duplicate is the
-    # same record sent again (same doc type, same event time), so it lands in its original's
-    # window, and the window's ids are all it takes to catch it. The late tally computes the
-    # same per interval (the judge reads only its count).
-    figures = f"""
-          MIN(event_time_ms - MOD(event_time_ms, {size_ms})) AS window_start_ms,
-          MIN(event_time_ms - MOD(event_time_ms, {size_ms})) + {size_ms} AS window_end_ms,
-          {FIGURES_FUNCTION}(event_id, mean_drift, anchor_count, snapshot_status,
-                             resample_count, max_kl_divergence, {dedup}) AS f"""
-    spread = ", ".join(f"w.f.{c} AS {c}" for c in WINDOW_FIELDS[4:-1])
-
-    def windows_of(kind: str, condition: str, time_column: str, size_s: float) -> Any:
-        rows = f"(SELECT * FROM {EVENTS} WHERE {condition})"  # noqa: S608
-        return t_env.sql_query(
-            f"""
-            SELECT doc_type, CAST('{kind}' AS STRING) AS kind, window_start_ms, window_end_ms,
-              {spread}, CAST(NULL AS STRING) AS letter
-            FROM (
-              SELECT doc_type, {figures}
-              FROM TABLE(TUMBLE({rows}, DESCRIPTOR({time_column}), {seconds(size_s)}))
-              GROUP BY doc_type, window_start, window_end) AS w
-            """  # noqa: S608
-        )
-
-    windows = windows_of("window", on_time, "event_time", o.window_size_s)
-    late_tally = windows_of("late", late, "proc_time", o.late_report_s)
+    # The late tally: each event_id counted once per interval when deduplicating (the judge
+    # reads only its count).
+    late_tally = t_env.sql_query(
+        f"""
+        SELECT doc_type, CAST('late' AS STRING) AS kind,
+          CAST(NULL AS BIGINT) AS window_start_ms, CAST(NULL AS BIGINT) AS window_end_ms,
+          w.f.request_count AS request_count, {nulls}, CAST(NULL AS STRING) AS letter
+        FROM (
+          SELECT doc_type,
+            {FIGURES_FUNCTION}(event_id, mean_drift, anchor_count, snapshot_status,
+                               resample_count, max_kl_divergence, {dedup}) AS f
+          FROM TABLE(TUMBLE((SELECT * FROM {OTHERS} WHERE late), DESCRIPTOR(proc_time),
+                            {seconds(o.late_report_s)}))
+          GROUP BY doc_type, window_start, window_end) AS w
+        """  # noqa: S608
+    )
+    windows = t_env.from_data_stream(DataStream(front.getWindows()))
     # A dead letter keeps the record's text up to what fits under the record limit even if
     # JSON writes every character as 6 bytes (\u0001), key and fields included; a longer one
     # is cut, and its reason gives the length and the sha256 of the whole text.
@@ -362,8 +382,8 @@ def build(t_env: StreamTableEnvironment, settings: JobSettings) -> StatementSet:
               KEY 'anchor_count' VALUE anchor_count, KEY 'mean_drift' VALUE mean_drift)))
               AS raw_text,
             {_reason_expression()} AS problem
-          FROM {SNAPSHOTS}
-          WHERE NOT ({valid}))
+          FROM {OTHERS}
+          WHERE NOT late)
         """  # noqa: S608
     )
     figures = windows.union_all(late_tally).union_all(invalid)
@@ -476,7 +496,7 @@ def run(
     if savepoint:
         t_env.get_config().set("execution.state-recovery.path", savepoint)
     declare_tables(t_env, settings, bounded=bounded)
-    return build(t_env, settings).execute()
+    return build(t_env, settings, bounded=bounded).execute()
 
 
 #: `anchorwatch job submit` hands its validated settings to this module through this variable.
@@ -495,8 +515,9 @@ def main(argv: list[str] | None = None) -> None:
     handed = os.environ.get(SETTINGS_ENV)
     settings = JobSettings.model_validate_json(handed) if handed else JobSettings.load()
     _, t_env = create_environment(settings, connector_jar=None)
-    declare_tables(t_env, settings, bounded="--bounded" in (argv or sys.argv[1:]))
-    build(t_env, settings).execute()
+    bounded = "--bounded" in (argv or sys.argv[1:])
+    declare_tables(t_env, settings, bounded=bounded)
+    build(t_env, settings, bounded=bounded).execute()
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ public final class AnchorwatchJsonFormatFactory implements DeserializationFormat
         };
     }
 
-    private static DeserializationSchema<RowData> decoder(RowType rowType) {
+    static DeserializationSchema<RowData> decoder(RowType rowType) {
         return new JsonParserRowDataDeserializationSchema(
                 rowType,
                 InternalTypeInfo.of(rowType),

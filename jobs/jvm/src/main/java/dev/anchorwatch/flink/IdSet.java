@@ -19,8 +19,30 @@ public final class IdSet {
     /** Adds the id; false when it was there already. */
     public boolean add(byte[] id) {
         long[] hash = murmur3x64(id);
-        long h1 = hash[0];
-        long h2 = hash[1];
+        return addHash(hash[0], hash[1]);
+    }
+
+    /** An empty set with room for {@code n} ids before it grows. */
+    static IdSet withCapacity(int n) {
+        IdSet set = new IdSet();
+        int slots = MIN_SLOTS;
+        while (4L * n > 3L * slots) {
+            slots *= 2;
+        }
+        set.slots = new long[2 * slots];
+        return set;
+    }
+
+    /** A copy sharing nothing with this set. */
+    IdSet copy() {
+        IdSet set = new IdSet();
+        set.slots = slots.clone();
+        set.size = size;
+        return set;
+    }
+
+    /** Adds the id of hash {@code (h1, h2)} ({@link #murmur3x64}); false when it was there. */
+    public boolean addHash(long h1, long h2) {
         if (h1 == 0 && h2 == 0) {
             h2 = 1;
         }

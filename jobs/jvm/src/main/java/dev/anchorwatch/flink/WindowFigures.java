@@ -57,6 +57,30 @@ public final class WindowFigures extends AggregateFunction<Row, WindowFigures.Ac
         public long resamples;
         public double klSum;
         public IdSet ids = new IdSet();
+
+        /** Counts one event (its id, if deduplicating, already checked). */
+        void add(double drift, int anchorCount, boolean disabledStatus, int resampleCount,
+                double klDivergence) {
+            count++;
+            sum += drift;
+            sumOfSquares += drift * drift;
+            max = Math.max(max, drift);
+            if (steps == null) {
+                steps = new int[STEPS + 1];
+            }
+            // As SQL's CAST(drift * 1000 + 0.5 AS BIGINT).
+            int step = (int) (drift * STEPS + 0.5);
+            steps[step] = Math.addExact(steps[step], 1);
+            anchors += anchorCount;
+            if (disabledStatus) {
+                disabled++;
+            }
+            if (anchorCount == 0) {
+                zeroAnchors++;
+            }
+            resamples += resampleCount;
+            klSum += klDivergence;
+        }
     }
 
     @Override
@@ -78,27 +102,12 @@ public final class WindowFigures extends AggregateFunction<Row, WindowFigures.Ac
             return;
         }
         // The job passes only valid events: drift in [0, 1], anchor_count present.
-        double drift = meanDrift;
-        int anchors = anchorCount;
-        acc.count++;
-        acc.sum += drift;
-        acc.sumOfSquares += drift * drift;
-        acc.max = Math.max(acc.max, drift);
-        if (acc.steps == null) {
-            acc.steps = new int[STEPS + 1];
-        }
-        // As SQL's CAST(drift * 1000 + 0.5 AS BIGINT).
-        int step = (int) (drift * STEPS + 0.5);
-        acc.steps[step] = Math.addExact(acc.steps[step], 1);
-        acc.anchors += anchors;
-        if (DISABLED.equals(status)) {
-            acc.disabled++;
-        }
-        if (anchors == 0) {
-            acc.zeroAnchors++;
-        }
-        acc.resamples += resampleCount == null ? 0 : resampleCount;
-        acc.klSum += maxKlDivergence == null ? 0.0 : maxKlDivergence;
+        acc.add(
+                meanDrift,
+                anchorCount,
+                DISABLED.equals(status),
+                resampleCount == null ? 0 : resampleCount,
+                maxKlDivergence == null ? 0.0 : maxKlDivergence);
     }
 
     @Override
@@ -106,6 +115,11 @@ public final class WindowFigures extends AggregateFunction<Row, WindowFigures.Ac
         if (acc.count == 0) {
             return null;
         }
+        return figures(acc);
+    }
+
+    /** The figures of a window with at least one event, in the order of the output type. */
+    static Row figures(Accumulator acc) {
         double n = acc.count;
         // VAR_POP as the planner rewrites it: (SUM(x * x) - SUM(x) * SUM(x) / COUNT(x)) / COUNT(x).
         double variance = (acc.sumOfSquares - acc.sum * acc.sum / n) / n;

@@ -1,0 +1,73 @@
+package dev.anchorwatch.flink;
+
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.List;
+
+import org.apache.flink.api.common.serialization.DeserializationSchema;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.api.java.typeutils.GenericTypeInfo;
+import org.apache.flink.connector.kafka.source.reader.deserializer.KafkaRecordDeserializationSchema;
+import org.apache.flink.kafka.shaded.org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.flink.table.data.RowData;
+import org.apache.flink.table.runtime.typeutils.InternalTypeInfo;
+import org.apache.flink.table.types.logical.BigIntType;
+import org.apache.flink.table.types.logical.DoubleType;
+import org.apache.flink.table.types.logical.IntType;
+import org.apache.flink.table.types.logical.LogicalType;
+import org.apache.flink.table.types.logical.RowType;
+import org.apache.flink.table.types.logical.VarCharType;
+import org.apache.flink.util.Collector;
+
+/**
+ * Decodes each snapshot record with the {@code anchorwatch-json} decoding (the byte scanner,
+ * Flink's JSON decoder for what it cannot vouch for; one row per record, read or not) and
+ * keeps its partition and offset for a dead letter's source.
+ */
+final class SnapshotDeserializer implements KafkaRecordDeserializationSchema<SnapshotRecord> {
+
+    private static final long serialVersionUID = 1L;
+
+    private final UnparsableAwareDeserializationSchema decoder;
+
+    SnapshotDeserializer() {
+        LogicalType string = VarCharType.STRING_TYPE;
+        LogicalType[] types = {
+            string, new BigIntType(), string, string, new IntType(),
+            new DoubleType(), new DoubleType(), new DoubleType(), new IntType()
+        };
+        List<RowType.RowField> fields = new ArrayList<>();
+        for (int i = 0; i < types.length; i++) {
+            fields.add(new RowType.RowField(SnapshotRecord.COLUMNS[i], types[i]));
+        }
+        RowType decoded = new RowType(fields);
+        List<RowType.RowField> all = new ArrayList<>(fields);
+        all.add(new RowType.RowField(SnapshotRecord.COLUMNS[SnapshotRecord.PAYLOAD], string));
+        RowType withPayload = new RowType(all);
+        decoder =
+                new UnparsableAwareDeserializationSchema(
+                        AnchorwatchJsonFormatFactory.decoder(decoded),
+                        TopLevelFieldScanner.forRowType(decoded),
+                        fields.size(),
+                        /* withPayload= */ true,
+                        InternalTypeInfo.of(withPayload));
+    }
+
+    @Override
+    public void open(DeserializationSchema.InitializationContext context) throws Exception {
+        decoder.open(context);
+    }
+
+    @Override
+    public void deserialize(ConsumerRecord<byte[], byte[]> record, Collector<SnapshotRecord> out)
+            throws IOException {
+        RowData row = decoder.deserialize(record.value());
+        out.collect(new SnapshotRecord(row, record.partition(), record.offset()));
+    }
+
+    @Override
+    public TypeInformation<SnapshotRecord> getProducedType() {
+        // Chained to its router with object reuse: never serialised.
+        return new GenericTypeInfo<>(SnapshotRecord.class);
+    }
+}

@@ -1,0 +1,125 @@
+package dev.anchorwatch.flink;
+
+import org.apache.flink.table.data.GenericRowData;
+import org.apache.flink.table.data.RowData;
+import org.apache.flink.table.data.StringData;
+import org.apache.flink.table.data.binary.BinaryStringData;
+import org.apache.flink.types.Row;
+
+/**
+ * One record of the snapshot topic as the drift job reads it: the decoded top-level fields
+ * (columns {@link #COLUMNS}, a row of NULLs with the text in the payload column for a record
+ * that is not a JSON object) and where it came from. Never leaves its source's task.
+ */
+public final class SnapshotRecord {
+
+    /** Decoded columns in this order, then the payload column. */
+    static final String[] COLUMNS = {
+        "event_id", "event_time_ms", "doc_type", "snapshot_status", "anchor_count",
+        "mean_drift", "max_drift", "max_kl_divergence", "resample_count", "unparsable_payload"
+    };
+
+    static final int EVENT_ID = 0;
+    static final int EVENT_TIME_MS = 1;
+    static final int DOC_TYPE = 2;
+    static final int SNAPSHOT_STATUS = 3;
+    static final int ANCHOR_COUNT = 4;
+    static final int MEAN_DRIFT = 5;
+    static final int MAX_DRIFT = 6;
+    static final int MAX_KL_DIVERGENCE = 7;
+    static final int RESAMPLE_COUNT = 8;
+    static final int PAYLOAD = 9;
+
+    /** The limits of the contracts (anchorwatch.contracts), passed in by the job. */
+    static final StringData ACTIVE = StringData.fromString("active");
+
+    static final StringData DISABLED = StringData.fromString("disabled");
+
+    final RowData row;
+    final int partition;
+    final long offset;
+
+    SnapshotRecord(RowData row, int partition, long offset) {
+        this.row = row;
+        this.partition = partition;
+        this.offset = offset;
+    }
+
+    boolean hasEventTime() {
+        return !row.isNullAt(EVENT_TIME_MS);
+    }
+
+    long eventTimeMs() {
+        return row.getLong(EVENT_TIME_MS);
+    }
+
+    /**
+     * Whether every check of the drift job passes (jobs/drift_job.py _CHECKS, the same
+     * conditions in the same terms: a length is SQL's CHAR_LENGTH, in code points).
+     */
+    boolean isValid(int maxIdChars, int maxDocTypeChars) {
+        RowData r = row;
+        if (!r.isNullAt(PAYLOAD)) {
+            return false;
+        }
+        if (r.isNullAt(EVENT_ID) || chars(r.getString(EVENT_ID)) > maxIdChars) {
+            return false;
+        }
+        if (r.isNullAt(EVENT_TIME_MS)) {
+            return false;
+        }
+        if (r.isNullAt(DOC_TYPE)) {
+            return false;
+        }
+        StringData docType = r.getString(DOC_TYPE);
+        if (chars(docType) == 0 || chars(docType) > maxDocTypeChars) {
+            return false;
+        }
+        if (r.isNullAt(SNAPSHOT_STATUS)) {
+            return false;
+        }
+        StringData status = r.getString(SNAPSHOT_STATUS);
+        if (!ACTIVE.equals(status) && !DISABLED.equals(status)) {
+            return false;
+        }
+        if (r.isNullAt(ANCHOR_COUNT) || r.getInt(ANCHOR_COUNT) < 0) {
+            return false;
+        }
+        if (r.isNullAt(MEAN_DRIFT)) {
+            return false;
+        }
+        double drift = r.getDouble(MEAN_DRIFT);
+        // As SQL: NOT (drift < 0 OR drift > 1), which lets NaN through as SQL would.
+        return !(drift < 0 || drift > 1);
+    }
+
+    private static int chars(StringData s) {
+        return s instanceof BinaryStringData
+                ? ((BinaryStringData) s).numChars()
+                : s.toString().codePointCount(0, s.toString().length());
+    }
+
+    /** The record for SQL (dead letters, late tallies): the columns, then where and why. */
+    Row toRow(boolean late) {
+        RowData r = row;
+        Row out = new Row(COLUMNS.length + 3);
+        for (int i : new int[] {EVENT_ID, DOC_TYPE, SNAPSHOT_STATUS, PAYLOAD}) {
+            out.setField(i, r.isNullAt(i) ? null : r.getString(i).toString());
+        }
+        out.setField(EVENT_TIME_MS, r.isNullAt(EVENT_TIME_MS) ? null : r.getLong(EVENT_TIME_MS));
+        for (int i : new int[] {ANCHOR_COUNT, RESAMPLE_COUNT}) {
+            out.setField(i, r.isNullAt(i) ? null : r.getInt(i));
+        }
+        for (int i : new int[] {MEAN_DRIFT, MAX_DRIFT, MAX_KL_DIVERGENCE}) {
+            out.setField(i, r.isNullAt(i) ? null : r.getDouble(i));
+        }
+        out.setField(COLUMNS.length, partition);
+        out.setField(COLUMNS.length + 1, offset);
+        out.setField(COLUMNS.length + 2, late);
+        return out;
+    }
+
+    static GenericRowData emptyRow() {
+        return new GenericRowData(COLUMNS.length);
+    }
+}
