@@ -56,6 +56,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -336,14 +337,20 @@ class Attribution:
             check=True, capture_output=True, text=True,
         ).stdout  # fmt: skip
         counts = {"read+parse": 0, "logic": 0}
+        self.hot: Counter[str] = Counter()
         for event in orjson.loads(out)["recording"]["events"]:
             values = event["values"]
             thread = (values.get("sampledThread") or {}).get("javaName") or ""
             if not _TASK_THREAD.search(thread):
                 continue  # job submission, planning, RPC: the fixed cost
+            top = (values["stackTrace"]["frames"] or [None])[0]
+            if top is not None:
+                self.hot[f"{top['method']['type']['name']}.{top['method']['name']}"] += 1
             if thread.startswith("Source Data Fetcher"):
                 counts["read+parse"] += 1
-            elif thread.startswith(f"Source: {source}["):
+            # SQL names the source task "Source: snapshots[1] -> ...", the drift job's
+            # DataStream source "Source: snapshots -> route snapshots".
+            elif thread.startswith((f"Source: {source}[", f"Source: {source} ")):
                 frames = values["stackTrace"]["frames"]
                 names = (f"{f['method']['type']['name'].rsplit('/', 1)[-1]}."
                          f"{f['method']['name']}" for f in frames)  # fmt: skip
@@ -418,6 +425,9 @@ def main() -> None:
         help="also run read-parse-discard with Flink's JSON decoder for every record "
         "(format option decoder = 'jackson') in the same rounds",
     )
+    parser.add_argument("--hot-methods", type=int, default=0, metavar="N",
+                        help="print each run's N hottest methods (top of stack in the task "
+                        "threads' CPU samples)")  # fmt: skip
     parser.add_argument(
         "--rocksdb",
         action="store_true",
@@ -503,6 +513,10 @@ def bench(bootstrap: str, args: Any) -> None:
             with Attribution(workdir) as samples:
                 wall, watch = measured(fn, big_s, jar)
             split = samples.split(table)
+            if args.hot_methods:
+                total = sum(samples.hot.values())
+                for method, count in samples.hot.most_common(args.hot_methods):
+                    print(f"    {count / total:6.1%}  {method}")
             verdicts = topic_size(big_s, big_s.topics.verdicts)
             events_per_s = n / max(wall - fixed, 1e-9)
             cpu_us = (watch.cpu_s - fixed_watch.cpu_s) / n * 1e6

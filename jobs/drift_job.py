@@ -286,6 +286,7 @@ FIGURES_CLASS = "dev.anchorwatch.flink.WindowFigures"
 #: Records that are not a valid on-time event, from the per-event path (DriftFront.others).
 OTHERS = "other_snapshots"
 
+
 def _front(t_env: StreamTableEnvironment, settings: JobSettings, *, bounded: bool) -> Any:
     """The job's per-event path (jobs/jvm DriftFront) on ``t_env``'s stream environment."""
     from pyflink.java_gateway import get_gateway

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ from tests.support.drift_job import (
     wait_for,
     windows_of,
 )
-from tests.support.flink import job_id_of, minicluster_rest_url, records_in
+from tests.support.flink import job_id_of, latest_checkpoint_ms, minicluster_rest_url, records_in
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -44,8 +45,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 #: JSON writes each of its characters as six bytes.
 BIG = b"\x01" * 3_000_000
 
-#: The judging stage, as Flink names its job vertex.
+#: The judging stage and the window figures, as Flink names their job vertices.
 JUDGE = "judge windows"
+WINDOWS = "window figures"
 
 
 @dataclass
@@ -235,9 +237,9 @@ def test_a_large_window_counts_each_id_once_wherever_its_copies_land(
     """20,000 ids in one window (its id set grows from 16 slots eleven times), a copy of
     every tenth written under another key (so copies reach other partitions and arrive out
     of order): each id counted once, and every figure that of the plain computation, the
-    p95 exactly Flink's PERCENTILE over drift rounded half up to 0.001. On RocksDB the
-    window's figures and ids go through their serializer at every flush of the window
-    buffer: they must come back whole."""
+    p95 exactly Flink's PERCENTILE over drift rounded half up to 0.001. A checkpoint is
+    taken while the window is open, so the window goes into the state backend and out of
+    it again when it fires (on RocksDB through its serializer): it must come back whole."""
     job = streaming(state_backend=state_backend)
     settings = job.settings
     rng = random.Random(16)
@@ -248,10 +250,15 @@ def test_a_large_window_counts_each_id_once_wherever_its_copies_land(
     for e in events[::10]:
         producer.produce(settings.topics.snapshots, encode(e), f"copy-{e.event_id}".encode())
     assert producer.flush(10) == 0
+    rest, job_id = minicluster_rest_url(job.result), job_id_of(job.result)
+    wait_until(lambda: records_in(rest, job_id, WINDOWS) >= 22_000, 120,
+               "every event to reach the window figures", interval_s=1)  # fmt: skip
+    counted_ms = time.time() * 1000
+    wait_until(lambda: (latest_checkpoint_ms(rest, job_id) or 0) > counted_ms, 60,
+               "a checkpoint of the open window", interval_s=1)  # fmt: skip
     publish(settings, [event("bulk", T0 + MIN + 6_000, 0.1, 99_999)])  # closes window 0
 
     verdicts = wait_for(settings, has("bulk", 0))
-    rest, job_id = minicluster_rest_url(job.result), job_id_of(job.result)
     used = requests.get(f"{rest}/jobs/{job_id}/checkpoints/config", timeout=10).json()
     assert used["state_backend"] == STATE_BACKEND_CLASS[state_backend]
     [window] = [v.window for v in verdicts if v.window.window_start_ms == T0]
@@ -260,6 +267,38 @@ def test_a_large_window_counts_each_id_once_wherever_its_copies_land(
     assert window.request_count == 20_000
     rounded = [math.floor(e.mean_drift * 1000 + 0.5) / 1000 for e in events]
     assert window.p95_drift == pytest.approx(flow.percentile(rounded, 0.95), abs=1e-12)
+
+
+def test_an_event_whose_window_fired_while_its_partition_was_idle_is_tallied_late(
+    streaming: Callable[..., Running],
+) -> None:
+    """Two source tasks, one partition each. While partition 1 is idle, partition 0 moves
+    the watermark past minute 1 and the windows fire. An event of minute 1 then arrives on
+    partition 1: its own task's watermark is still behind it, so it passes as on time, but
+    its window has fired. It must be tallied late, not dropped."""
+    job = streaming(parallelism=2)
+    settings = job.settings
+    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+
+    def send(partition: int, *events: Any) -> None:
+        for e in events:
+            producer.produce(settings.topics.snapshots, encode(e), partition=partition)
+        assert producer.flush(10) == 0
+
+    # The two tasks read partitions 0 and 1 (Kafka's source deals partitions out in turn).
+    send(1, event("quiet", T0 + 20_000, 0.3, 1))
+    send(0, event("busy", T0 + 10_000, 0.2, 1), event("busy", T0 + 2 * MIN + 10_000, 0.2, 2))
+    # Partition 1 goes idle (2 s), so the watermark of partition 0 (2:05) closes minute 0.
+    wait_for(settings, has("quiet", 0))
+    send(1, event("quiet", T0 + MIN + 30_000, 0.9, 2))
+    # The next window of "quiet" reports the late event.
+    send(1, event("quiet", T0 + 2 * MIN + 30_000, 0.3, 3))
+    send(0, event("busy", T0 + 3 * MIN + 10_000, 0.2, 3))
+    verdicts = wait_for(settings, has("quiet", 2))
+    quiet = windows_of(verdicts, "quiet")
+    assert T0 + MIN not in quiet
+    assert quiet[T0 + 2 * MIN].window.request_count == 1
+    assert quiet[T0 + 2 * MIN].window.late_count == 1
 
 
 def test_baselines_fallback_and_update_mid_stream(streaming: Callable[..., Running]) -> None:

@@ -62,7 +62,7 @@ public final class SnapshotRecord {
         if (!r.isNullAt(PAYLOAD)) {
             return false;
         }
-        if (r.isNullAt(EVENT_ID) || chars(r.getString(EVENT_ID)) > maxIdChars) {
+        if (r.isNullAt(EVENT_ID) || longerThan(r.getString(EVENT_ID), maxIdChars)) {
             return false;
         }
         if (r.isNullAt(EVENT_TIME_MS)) {
@@ -72,7 +72,7 @@ public final class SnapshotRecord {
             return false;
         }
         StringData docType = r.getString(DOC_TYPE);
-        if (chars(docType) == 0 || chars(docType) > maxDocTypeChars) {
+        if (isEmpty(docType) || longerThan(docType, maxDocTypeChars)) {
             return false;
         }
         if (r.isNullAt(SNAPSHOT_STATUS)) {
@@ -93,10 +93,20 @@ public final class SnapshotRecord {
         return !(drift < 0 || drift > 1);
     }
 
-    private static int chars(StringData s) {
+    private static boolean isEmpty(StringData s) {
         return s instanceof BinaryStringData
-                ? ((BinaryStringData) s).numChars()
-                : s.toString().codePointCount(0, s.toString().length());
+                ? ((BinaryStringData) s).getSizeInBytes() == 0
+                : s.toString().isEmpty();
+    }
+
+    /** SQL's {@code CHAR_LENGTH(s) > max}; no count needed when the bytes are few enough. */
+    private static boolean longerThan(StringData s, int max) {
+        if (s instanceof BinaryStringData) {
+            BinaryStringData b = (BinaryStringData) s;
+            return b.getSizeInBytes() > max && b.numChars() > max;
+        }
+        String text = s.toString();
+        return text.codePointCount(0, text.length()) > max;
     }
 
     /** The record for SQL (dead letters, late tallies): the columns, then where and why. */

@@ -2,6 +2,8 @@ package dev.anchorwatch.flink;
 
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
+
+import ch.randelshofer.fastdoubleparser.JsonDoubleParser;
 import java.util.Arrays;
 import java.util.List;
 
@@ -224,9 +226,10 @@ final class TopLevelFieldScanner implements Serializable {
                     if (end < 0) {
                         return UNSURE;
                     }
-                    // What Jackson does too: a correctly rounded parse of the literal.
-                    String text = new String(m, p, end - p, StandardCharsets.ISO_8859_1);
-                    row.setField(field, Double.parseDouble(text));
+                    // What Jackson does too: a correctly rounded parse of the literal (the
+                    // same double as Double.parseDouble, without building a String or its
+                    // big-number slow path for 17-digit literals).
+                    row.setField(field, JsonDoubleParser.parseDouble(m, p, end - p));
                     return end;
                 }
             default:
