@@ -14,9 +14,11 @@
       the late tally and the flat-line state (jobs/judge.py, pure), judges the window
       with anchorwatch.policy.window.judge_window -> verdicts (Kafka)
 
-Late events are not dropped silently: an event is late when the watermark has passed it
-(`CURRENT_WATERMARK`), which is exactly when the window operator would drop it; such events
-are counted and reported in the next verdict of their doc type (`window.late_count`).
+Late events are not dropped silently: an event is late when its source task's watermark
+has passed it (as SQL's `CURRENT_WATERMARK` there); such events are counted and reported in
+the next verdict of their doc type (`window.late_count`). So is an event that passed its
+own task as on time but finds its window already fired (its partition was idle while the
+others moved the watermark on).
 
 Counted once: a client retry or a producer resend can put an event on the topic twice;
 each event_id counts at most once in its window (a copy has its original's doc type and
@@ -154,6 +156,9 @@ def declare_tables(t_env: StreamTableEnvironment, settings: JobSettings, *, boun
     start = "earliest-offset" if bounded else o.startup_mode
     bound = {"scan.bounded.mode": "latest-offset"} if bounded else {}
     delay_s = o.watermark_delay_ms / 1000
+    # The snapshots as a table, with the columns, format and watermark the job's per-event
+    # path (DriftFront) reads them with: for the benchmarks' read-parse-discard and the
+    # format's tests. The job itself does not scan this table.
     snapshots = (
         TableDescriptor.for_connector("kafka")
         .schema(

@@ -35,9 +35,9 @@ class JobOptions(Section):
         None,
         description="Where the job keeps its state (the open windows with their event ids): "
         "'hashmap' on the JVM heap, the fastest; 'rocksdb' in the TaskManager's managed "
-        "memory and local disk, with incremental checkpoints (many doc types' windows off "
-        "the heap; each window is still read whole at every flush). Unset: the cluster's "
-        "configuration (Flink's default: hashmap).",
+        "memory and local disk, with incremental checkpoints (a window counted since the "
+        "last checkpoint is on the heap, and is written whole at the next). Unset: the "
+        "cluster's configuration (Flink's default: hashmap).",
     )
     deduplicate: bool = Field(
         True,

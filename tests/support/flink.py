@@ -34,6 +34,14 @@ def records_in(rest_url: str, job_id: str, vertex: str) -> int:
     return int(found["metrics"]["read-records"])
 
 
+def records_out(rest_url: str, job_id: str, vertex: str) -> int:
+    """Records the job vertex whose name contains ``vertex`` has written so far, to all its
+    outputs (side outputs included), all subtasks; refreshed as ``records_in``."""
+    job = requests.get(f"{rest_url.rstrip('/')}/jobs/{job_id}", timeout=10).json()
+    (found,) = [v for v in job["vertices"] if vertex in v["name"]]
+    return int(found["metrics"]["write-records"])
+
+
 def latest_checkpoint_ms(rest_url: str, job_id: str) -> int | None:
     """When the job's latest completed checkpoint was triggered (epoch ms), if there is one."""
     url = f"{rest_url.rstrip('/')}/jobs/{job_id}/checkpoints"

@@ -36,7 +36,13 @@ from tests.support.drift_job import (
     wait_for,
     windows_of,
 )
-from tests.support.flink import job_id_of, latest_checkpoint_ms, minicluster_rest_url, records_in
+from tests.support.flink import (
+    job_id_of,
+    latest_checkpoint_ms,
+    minicluster_rest_url,
+    records_in,
+    records_out,
+)
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -45,9 +51,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 #: JSON writes each of its characters as six bytes.
 BIG = b"\x01" * 3_000_000
 
-#: The judging stage and the window figures, as Flink names their job vertices.
-JUDGE = "judge windows"
-WINDOWS = "window figures"
+#: The source task that routes each record, as Flink names its job vertex.
+ROUTE = "route snapshots"
 
 
 @dataclass
@@ -57,20 +62,23 @@ class Running:
     settings: JobSettings
     result: Any
 
-    def judge_received(self, records: int, what: str, timeout_s: float = 60) -> None:
-        """Wait until the judging stage has read ``records`` records in all (windows, late
-        tallies, dead letters and baselines alike), failing with ``what`` after a while."""
+    def judge_received(
+        self, records: int, what: str, timeout_s: float = 60, vertex: str = "judge windows"
+    ) -> None:
+        """Wait until the judging stage (or ``vertex``) has read ``records`` records in all
+        (windows, late tallies, dead letters and baselines alike), failing with ``what``
+        after a while."""
         rest, job = minicluster_rest_url(self.result), job_id_of(self.result)
         seen: list[int] = []
 
         def received() -> bool:
-            seen.append(records_in(rest, job, JUDGE))
+            seen.append(records_in(rest, job, vertex))
             return seen[-1] >= records
 
         try:
             wait_until(received, timeout_s, what, interval_s=1)
         except AssertionError as exc:
-            raise AssertionError(f"{exc}: the judge read {seen[-1]} of {records} records") from None
+            raise AssertionError(f"{exc}: {vertex} read {seen[-1]} of {records} records") from None
 
 
 #: What Flink's REST API names each `job.state_backend`.
@@ -251,10 +259,12 @@ def test_a_large_window_counts_each_id_once_wherever_its_copies_land(
         producer.produce(settings.topics.snapshots, encode(e), f"copy-{e.event_id}".encode())
     assert producer.flush(10) == 0
     rest, job_id = minicluster_rest_url(job.result), job_id_of(job.result)
-    wait_until(lambda: records_in(rest, job_id, WINDOWS) >= 22_000, 120,
-               "every event to reach the window figures", interval_s=1)  # fmt: skip
-    counted_ms = time.time() * 1000
-    wait_until(lambda: (latest_checkpoint_ms(rest, job_id) or 0) > counted_ms, 60,
+    # Every record routed (the copies behind their partition's watermark as late), then a
+    # checkpoint: its barrier follows them into the window figures.
+    wait_until(lambda: records_out(rest, job_id, ROUTE) >= 22_000, 120,
+               "every record to pass the route", interval_s=1)  # fmt: skip
+    routed_ms = time.time() * 1000
+    wait_until(lambda: (latest_checkpoint_ms(rest, job_id) or 0) > routed_ms, 60,
                "a checkpoint of the open window", interval_s=1)  # fmt: skip
     publish(settings, [event("bulk", T0 + MIN + 6_000, 0.1, 99_999)])  # closes window 0
 
