@@ -301,8 +301,12 @@ def test_an_event_whose_window_fired_while_its_partition_was_idle_is_tallied_lat
     # Partition 1 goes idle (2 s), so the watermark of partition 0 (2:05) closes minute 0.
     wait_for(settings, has("quiet", 0))
     send(1, event("quiet", T0 + MIN + 30_000, 0.9, 2))
-    # The next window of "quiet" reports the late event.
+    # The next window of "quiet" reports the late event. Its event must reach its task
+    # before partition 0 moves the watermark on (the tasks fetch independently).
     send(1, event("quiet", T0 + 2 * MIN + 30_000, 0.3, 3))
+    rest, job_id = minicluster_rest_url(job.result), job_id_of(job.result)
+    wait_until(lambda: records_out(rest, job_id, ROUTE) >= 5, 60,
+               "the five records so far to pass the route", interval_s=1)  # fmt: skip
     send(0, event("busy", T0 + 3 * MIN + 10_000, 0.2, 3))
     verdicts = wait_for(settings, has("quiet", 2))
     quiet = windows_of(verdicts, "quiet")

@@ -59,8 +59,12 @@ public final class AccumulatorSerializer
         return -1;
     }
 
+    /** The layout written below; a reader refuses any other rather than misread it. */
+    private static final int FORMAT = 1;
+
     @Override
     public void serialize(WindowFigures.Accumulator acc, DataOutputView out) throws IOException {
+        out.writeByte(FORMAT);
         out.writeLong(acc.count);
         out.writeDouble(acc.sum);
         out.writeDouble(acc.sumOfSquares);
@@ -99,6 +103,12 @@ public final class AccumulatorSerializer
 
     @Override
     public WindowFigures.Accumulator deserialize(DataInputView in) throws IOException {
+        int format = in.readByte();
+        if (format != FORMAT) {
+            throw new IOException(
+                    "window figures in state have format " + format + ", this job reads "
+                            + FORMAT + ": restore with the job version that wrote them");
+        }
         WindowFigures.Accumulator acc = new WindowFigures.Accumulator();
         acc.count = in.readLong();
         acc.sum = in.readDouble();

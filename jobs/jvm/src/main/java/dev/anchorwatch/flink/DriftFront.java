@@ -58,7 +58,7 @@ public final class DriftFront {
         this.others = others;
     }
 
-    /** One row per window that had events (and a late row per event that missed its own). */
+    /** One row per window that had events, and late tallies of events that missed theirs. */
     public DataStream<Row> getWindows() {
         return windows;
     }
@@ -83,6 +83,7 @@ public final class DriftFront {
             long watermarkDelayMs,
             long idleTimeoutMs,
             boolean deduplicate,
+            long lateReportMs,
             int maxIdChars,
             int maxDocTypeChars) {
         Properties properties = new Properties();
@@ -121,7 +122,8 @@ public final class DriftFront {
                         .transform(
                                 "window figures",
                                 rowType(WINDOW_COLUMNS, windowTypes()),
-                                new WindowFiguresOperator(windowSizeMs, deduplicate))
+                                new WindowFiguresOperator(
+                                        windowSizeMs, deduplicate, lateReportMs))
                         .uid("anchorwatch-window-figures");
         return new DriftFront(windows, events.getSideOutput(othersTag));
     }
@@ -198,7 +200,9 @@ public final class DriftFront {
 
         @Override
         public void onEvent(SnapshotRecord record, long timestamp, WatermarkOutput output) {
-            if (record.hasEventTime()) {
+            // An event time so far in the past that subtracting the delay would wrap round to
+            // the far future must not end event time for good.
+            if (record.hasEventTime() && record.eventTimeMs() >= Long.MIN_VALUE + delayMs) {
                 max = Math.max(max, record.eventTimeMs() - delayMs);
             }
         }

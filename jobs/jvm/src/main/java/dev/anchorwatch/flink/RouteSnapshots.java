@@ -9,7 +9,7 @@ import org.apache.flink.util.OutputTag;
 /**
  * Chained to the source: sends each valid event that the watermark has not passed on to its
  * window as a {@link DriftEvent}, and everything else (invalid records, late events) to the
- * side output {@link DriftFront#OTHERS} as a row for the job's SQL, which names the reason
+ * side output ({@link DriftFront#getOthers}) as a row for the job's SQL, which names the reason
  * of a dead letter and tallies the late events. Late is decided as SQL's CURRENT_WATERMARK
  * does here: the event time is at or behind the last watermark this task passed on.
  */

@@ -30,7 +30,7 @@ public final class SnapshotRecord {
     static final int RESAMPLE_COUNT = 8;
     static final int PAYLOAD = 9;
 
-    /** The limits of the contracts (anchorwatch.contracts), passed in by the job. */
+    /** The two snapshot statuses a valid record may have. */
     static final StringData ACTIVE = StringData.fromString("active");
 
     static final StringData DISABLED = StringData.fromString("disabled");

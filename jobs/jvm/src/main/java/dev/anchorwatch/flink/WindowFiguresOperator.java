@@ -26,7 +26,9 @@ import org.apache.flink.types.Row;
  * being written.
  *
  * <p>An event whose window has already fired here (its source was idle while others moved
- * the watermark on, then sent it) is not dropped silently: it goes out as a late row of one.
+ * the watermark on, then sent it) is not dropped silently: it is tallied late per doc type,
+ * each id once, and the tally goes out as one late row every {@code lateReportMs} and before
+ * each checkpoint barrier (so a restart neither loses nor repeats it).
  */
 final class WindowFiguresOperator extends AbstractStreamOperator<Row>
         implements OneInputStreamOperator<DriftEvent, Row>, Triggerable<String, Long> {
@@ -35,15 +37,21 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
 
     private final long windowSizeMs;
     private final boolean deduplicate;
+    private final long lateReportMs;
 
     private transient InternalTimerService<Long> windowEnds;
     private transient InternalValueState<String, Long, WindowFigures.Accumulator> stored;
     /** Windows touched since the last checkpoint: doc type -> window start -> figures. */
     private transient Map<String, Map<Long, WindowFigures.Accumulator>> counting;
+    /** Events that found their window fired, per doc type, since the last report. */
+    private transient Map<String, IdSet> late;
 
-    WindowFiguresOperator(long windowSizeMs, boolean deduplicate) {
+    private transient Map<String, Long> lateCounts;
+
+    WindowFiguresOperator(long windowSizeMs, boolean deduplicate, long lateReportMs) {
         this.windowSizeMs = windowSizeMs;
         this.deduplicate = deduplicate;
+        this.lateReportMs = lateReportMs;
     }
 
     @Override
@@ -58,6 +66,28 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
                                 new ValueStateDescriptor<>(
                                         "window-figures", AccumulatorSerializer.INSTANCE));
         counting = new HashMap<>();
+        late = new HashMap<>();
+        lateCounts = new HashMap<>();
+        scheduleLateReport();
+    }
+
+    private void scheduleLateReport() {
+        long now = getProcessingTimeService().getCurrentProcessingTime();
+        getProcessingTimeService()
+                .registerTimer(
+                        now - Math.floorMod(now, lateReportMs) + lateReportMs,
+                        time -> {
+                            reportLate();
+                            scheduleLateReport();
+                        });
+    }
+
+    private void reportLate() {
+        for (Map.Entry<String, Long> tally : lateCounts.entrySet()) {
+            output.collect(new StreamRecord<>(DriftFront.lateRow(tally.getKey(), tally.getValue())));
+        }
+        lateCounts.clear();
+        late.clear();
     }
 
     @Override
@@ -67,7 +97,10 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
         long last = start + windowSizeMs - 1;
         String docType = (String) getCurrentKey();
         if (last <= windowEnds.currentWatermark()) {
-            output.collect(new StreamRecord<>(DriftFront.lateRow(docType, 1)));
+            if (!deduplicate
+                    || late.computeIfAbsent(docType, k -> new IdSet()).addHash(e.idHigh, e.idLow)) {
+                lateCounts.merge(docType, 1L, Long::sum);
+            }
             return;
         }
         Map<Long, WindowFigures.Accumulator> open =
@@ -108,8 +141,10 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
         if (acc != null && acc.count > 0) {
             output.collect(
                     new StreamRecord<>(
+                            // The timer's own time: right even for a window restored
+                            // from a job that had another window size.
                             DriftFront.windowRow(
-                                    docType, start, start + windowSizeMs,
+                                    docType, start, timer.getTimestamp() + 1,
                                     WindowFigures.figures(acc))));
         }
     }
@@ -118,8 +153,15 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
     public void onProcessingTime(InternalTimer<String, Long> timer) {}
 
     @Override
+    public void finish() throws Exception {
+        reportLate();
+        super.finish();
+    }
+
+    @Override
     public void prepareSnapshotPreBarrier(long checkpointId) throws Exception {
         super.prepareSnapshotPreBarrier(checkpointId);
+        reportLate();
         for (Map.Entry<String, Map<Long, WindowFigures.Accumulator>> type : counting.entrySet()) {
             setCurrentKey(type.getKey());
             for (Map.Entry<Long, WindowFigures.Accumulator> w : type.getValue().entrySet()) {
