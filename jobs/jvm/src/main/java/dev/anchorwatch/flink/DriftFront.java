@@ -1,8 +1,10 @@
 package dev.anchorwatch.flink;
 
 import java.time.Duration;
+import java.util.Arrays;
 import java.util.Map;
 import java.util.Properties;
+import java.util.stream.Stream;
 
 import org.apache.flink.api.common.eventtime.Watermark;
 import org.apache.flink.api.common.eventtime.WatermarkGenerator;
@@ -37,11 +39,11 @@ import org.apache.flink.util.OutputTag;
 public final class DriftFront {
 
     /** Columns of {@link #getOthers}: a snapshot's decoded columns, then where from and late. */
-    public static final String[] OTHER_COLUMNS = {
-        "event_id", "event_time_ms", "doc_type", "snapshot_status", "anchor_count",
-        "mean_drift", "max_drift", "max_kl_divergence", "resample_count",
-        "unparsable_payload", "kafka_partition", "kafka_offset", "late"
-    };
+    private static final String[] OTHER_COLUMNS =
+            Stream.concat(
+                            Arrays.stream(SnapshotRecord.COLUMNS),
+                            Stream.of("kafka_partition", "kafka_offset", "late"))
+                    .toArray(String[]::new);
 
     /** Columns of {@link #getWindows} (jobs/drift_job.py WINDOW_FIELDS). */
     public static final String[] WINDOW_COLUMNS = {

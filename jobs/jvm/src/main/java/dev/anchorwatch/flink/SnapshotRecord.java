@@ -1,6 +1,5 @@
 package dev.anchorwatch.flink;
 
-import org.apache.flink.table.data.GenericRowData;
 import org.apache.flink.table.data.RowData;
 import org.apache.flink.table.data.StringData;
 import org.apache.flink.table.data.binary.BinaryStringData;
@@ -127,9 +126,5 @@ public final class SnapshotRecord {
         out.setField(COLUMNS.length + 1, offset);
         out.setField(COLUMNS.length + 2, late);
         return out;
-    }
-
-    static GenericRowData emptyRow() {
-        return new GenericRowData(COLUMNS.length);
     }
 }
