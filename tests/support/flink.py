@@ -34,12 +34,20 @@ def records_in(rest_url: str, job_id: str, vertex: str) -> int:
     return int(found["metrics"]["read-records"])
 
 
-def records_out(rest_url: str, job_id: str, vertex: str) -> int:
-    """Records the job vertex whose name contains ``vertex`` has written so far, to all its
-    outputs (side outputs included), all subtasks; refreshed as ``records_in``."""
-    job = requests.get(f"{rest_url.rstrip('/')}/jobs/{job_id}", timeout=10).json()
+def operator_count(rest_url: str, job_id: str, vertex: str, counter: str) -> int:
+    """An operator's counter (e.g. ``snapshotsRouted``) in the job vertex whose name contains
+    ``vertex``, summed over its subtasks; 0 before Flink first reports it. Refreshed as
+    ``records_in``."""
+    base = rest_url.rstrip("/")
+    job = requests.get(f"{base}/jobs/{job_id}", timeout=10).json()
     (found,) = [v for v in job["vertices"] if vertex in v["name"]]
-    return int(found["metrics"]["write-records"])
+    url = f"{base}/jobs/{job_id}/vertices/{found['id']}/subtasks/metrics"
+    names = [m["id"] for m in requests.get(url, timeout=10).json()
+             if m["id"].endswith(f".{counter}")]  # fmt: skip
+    if not names:
+        return 0
+    values = requests.get(url, params={"get": ",".join(names), "agg": "sum"}, timeout=10).json()
+    return int(sum(float(v["sum"]) for v in values))
 
 
 def latest_checkpoint_ms(rest_url: str, job_id: str) -> int | None:

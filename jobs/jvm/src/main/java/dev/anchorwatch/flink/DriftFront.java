@@ -27,14 +27,14 @@ import org.apache.flink.util.OutputTag;
  *
  * <pre>
  *   Kafka snapshots --decode (anchorwatch-json)--> route (chained to the source)
- *     valid, on time  --DriftEvent, keyed by doc type--> window figures --> {@link #getWindows}
+ *     valid, on time  --DriftBatch, keyed by doc type--> window figures --> {@link #getWindows}
  *     invalid or late --row--> {@link #getOthers} (for the job's SQL: dead letters, late tallies)
  * </pre>
  *
  * <p>It replaces the SQL that did the same per event (the source table's metadata columns
  * and watermark, the validity filters, an exchange of whole rows, the window buffer): the
- * same decoding, checks, watermark and figures, with one small record per event crossing
- * the network.
+ * same decoding, checks, watermark and figures, with batches of small events crossing the
+ * network.
  */
 public final class DriftFront {
 
@@ -108,19 +108,23 @@ public final class DriftFront {
                                         record.hasEventTime() ? record.eventTimeMs() : previous)
                         .withIdleness(Duration.ofMillis(idleTimeoutMs));
         OutputTag<Row> othersTag = new OutputTag<>("others", rowType(OTHER_COLUMNS, otherTypes()));
-        SingleOutputStreamOperator<DriftEvent> events =
+        SingleOutputStreamOperator<DriftBatch> events =
                 // Per partition, as the snapshots table's declaration had it (pushed into
                 // the source): a partition behind the others holds the watermark back.
                 env.fromSource(source.build(), watermarks, "snapshots")
                         .uid("anchorwatch-snapshots")
-                        .process(
+                        .transform(
+                                "route snapshots",
+                                new DriftBatch.Info(),
                                 new RouteSnapshots(
-                                        othersTag, deduplicate, maxIdChars, maxDocTypeChars),
-                                new DriftEvent.Info())
-                        .name("route snapshots")
+                                        othersTag,
+                                        deduplicate,
+                                        windowSizeMs,
+                                        maxIdChars,
+                                        maxDocTypeChars))
                         .uid("anchorwatch-route");
         DataStream<Row> windows =
-                events.keyBy(e -> e.docType, Types.STRING)
+                events.keyBy(b -> b.docType, Types.STRING)
                         .transform(
                                 "window figures",
                                 rowType(WINDOW_COLUMNS, windowTypes()),

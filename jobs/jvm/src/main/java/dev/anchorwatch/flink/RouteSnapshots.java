@@ -1,67 +1,195 @@
 package dev.anchorwatch.flink;
 
-import org.apache.flink.streaming.api.functions.ProcessFunction;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+
+import org.apache.flink.metrics.Counter;
+import org.apache.flink.streaming.api.operators.AbstractStreamOperator;
+import org.apache.flink.streaming.api.operators.OneInputStreamOperator;
+import org.apache.flink.streaming.api.watermark.Watermark;
+import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
+import org.apache.flink.streaming.runtime.watermarkstatus.WatermarkStatus;
 import org.apache.flink.table.data.RowData;
+import org.apache.flink.table.data.StringData;
 import org.apache.flink.types.Row;
-import org.apache.flink.util.Collector;
 import org.apache.flink.util.OutputTag;
 
 /**
- * Chained to the source: sends each valid event that the watermark has not passed on to its
- * window as a {@link DriftEvent}, and everything else (invalid records, late events) to the
- * side output ({@link DriftFront#getOthers}) as a row for the job's SQL, which names the reason
- * of a dead letter and tallies the late events. Late is decided as SQL's CURRENT_WATERMARK
- * does here: the event time is at or behind the last watermark this task passed on.
+ * Chained to the source: collects each valid event that the watermark has not passed into
+ * its doc type's {@link DriftBatch} for the window figures, and sends everything else
+ * (invalid records, late events) to the side output ({@link DriftFront#getOthers}) as a row
+ * for the job's SQL, which names the reason of a dead letter and tallies the late events.
+ * Late is decided as SQL's CURRENT_WATERMARK does here: the event time is at or behind the
+ * last watermark this task passed on.
+ *
+ * <p>A batch goes out when it is full, and always before anything that could make its
+ * events late downstream or lose them: before a watermark that reaches the end of one of its
+ * windows, before this task turns idle (the others' watermark then moves on without it),
+ * before a checkpoint barrier (so the operator keeps no state), and at the end of input. The
+ * events buffered across all doc types are bounded too.
  */
-final class RouteSnapshots extends ProcessFunction<SnapshotRecord, DriftEvent> {
+final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
+        implements OneInputStreamOperator<SnapshotRecord, DriftBatch> {
 
     private static final long serialVersionUID = 1L;
 
+    /** Events per batch: enough to spread the exchange's per-record cost thin. */
+    static final int BATCH_EVENTS = 512;
+
+    /** Events buffered in the task across doc types, at most (10,000 types stay bounded). */
+    static final int BUFFERED_EVENTS = 16_384;
+
     private final OutputTag<Row> others;
     private final boolean deduplicate;
+    private final long windowSizeMs;
     private final int maxIdChars;
     private final int maxDocTypeChars;
 
-    RouteSnapshots(OutputTag<Row> others, boolean deduplicate, int maxIdChars,
-            int maxDocTypeChars) {
+    private transient Map<StringData, DriftBatch> batches;
+    private transient int buffered;
+    /** The earliest window end among the buffered events. */
+    private transient long firstWindowLast;
+
+    private transient long watermark;
+    private transient StreamRecord<DriftBatch> outgoing;
+    private transient Counter routed;
+
+    RouteSnapshots(OutputTag<Row> others, boolean deduplicate, long windowSizeMs,
+            int maxIdChars, int maxDocTypeChars) {
         this.others = others;
         this.deduplicate = deduplicate;
+        this.windowSizeMs = windowSizeMs;
         this.maxIdChars = maxIdChars;
         this.maxDocTypeChars = maxDocTypeChars;
     }
 
     @Override
-    public void processElement(SnapshotRecord record, Context ctx, Collector<DriftEvent> out) {
+    public void open() throws Exception {
+        super.open();
+        batches = new HashMap<>();
+        firstWindowLast = Long.MAX_VALUE;
+        watermark = Long.MIN_VALUE;
+        outgoing = new StreamRecord<>(null);
+        // Every record this operator has taken in, batched or not (tests wait on it).
+        routed = getMetricGroup().counter("snapshotsRouted");
+    }
+
+    @Override
+    public void processElement(StreamRecord<SnapshotRecord> element) throws Exception {
+        routed.inc();
+        SnapshotRecord record = element.getValue();
         if (!record.isValid(maxIdChars, maxDocTypeChars)) {
-            ctx.output(others, record.toRow(false));
+            output.collect(others, aside(element, record.toRow(false)));
             return;
         }
-        long watermark = ctx.timerService().currentWatermark();
         long eventTime = record.eventTimeMs();
         if (eventTime <= watermark) {
-            ctx.output(others, record.toRow(true));
+            output.collect(others, aside(element, record.toRow(true)));
             return;
         }
         RowData r = record.row;
-        DriftEvent e = new DriftEvent();
-        e.docType = r.getString(SnapshotRecord.DOC_TYPE).toString();
-        e.eventTimeMs = eventTime;
+        StringData docType = r.getString(SnapshotRecord.DOC_TYPE);
+        DriftBatch batch = batches.get(docType);
+        if (batch == null) {
+            String name = docType.toString();
+            batch = new DriftBatch(name, deduplicate);
+            // The row's own string may share the reader's buffer: keep a copy as the key.
+            batches.put(StringData.fromString(name), batch);
+        }
+        long high = 0;
+        long low = 0;
         if (deduplicate) {
             long[] hash = IdSet.murmur3x64(r.getString(SnapshotRecord.EVENT_ID).toBytes());
-            e.idHigh = hash[0];
-            e.idLow = hash[1];
+            high = hash[0];
+            low = hash[1];
         }
-        e.meanDrift = r.getDouble(SnapshotRecord.MEAN_DRIFT);
-        e.anchorCount = r.getInt(SnapshotRecord.ANCHOR_COUNT);
-        e.disabled = SnapshotRecord.DISABLED.equals(r.getString(SnapshotRecord.SNAPSHOT_STATUS));
-        e.resampleCount =
+        batch.add(
+                eventTime,
+                high,
+                low,
+                r.getDouble(SnapshotRecord.MEAN_DRIFT),
+                r.getInt(SnapshotRecord.ANCHOR_COUNT),
+                SnapshotRecord.DISABLED.equals(r.getString(SnapshotRecord.SNAPSHOT_STATUS)),
                 r.isNullAt(SnapshotRecord.RESAMPLE_COUNT)
                         ? 0
-                        : r.getInt(SnapshotRecord.RESAMPLE_COUNT);
-        e.maxKlDivergence =
+                        : r.getInt(SnapshotRecord.RESAMPLE_COUNT),
                 r.isNullAt(SnapshotRecord.MAX_KL_DIVERGENCE)
                         ? 0.0
-                        : r.getDouble(SnapshotRecord.MAX_KL_DIVERGENCE);
-        out.collect(e);
+                        : r.getDouble(SnapshotRecord.MAX_KL_DIVERGENCE));
+        long last = eventTime - Math.floorMod(eventTime, windowSizeMs) + windowSizeMs - 1;
+        batch.firstWindowLast = Math.min(batch.firstWindowLast, last);
+        firstWindowLast = Math.min(firstWindowLast, last);
+        buffered++;
+        if (batch.size >= BATCH_EVENTS) {
+            batches.remove(docType);
+            send(batch);
+        } else if (buffered >= BUFFERED_EVENTS) {
+            sendAll();
+        }
+    }
+
+    @Override
+    public void processWatermark(Watermark mark) throws Exception {
+        long time = mark.getTimestamp();
+        if (time >= firstWindowLast) {
+            long remaining = Long.MAX_VALUE;
+            Iterator<DriftBatch> it = batches.values().iterator();
+            while (it.hasNext()) {
+                DriftBatch batch = it.next();
+                if (batch.firstWindowLast <= time) {
+                    it.remove();
+                    send(batch);
+                } else {
+                    remaining = Math.min(remaining, batch.firstWindowLast);
+                }
+            }
+            firstWindowLast = remaining;
+        }
+        watermark = time;
+        super.processWatermark(mark);
+    }
+
+    @Override
+    public void processWatermarkStatus(WatermarkStatus status) throws Exception {
+        if (status.isIdle()) {
+            sendAll();
+        }
+        super.processWatermarkStatus(status);
+    }
+
+    @Override
+    public void prepareSnapshotPreBarrier(long checkpointId) throws Exception {
+        sendAll();
+        super.prepareSnapshotPreBarrier(checkpointId);
+    }
+
+    @Override
+    public void finish() throws Exception {
+        sendAll();
+        super.finish();
+    }
+
+    /** The row for the side output, with the record's timestamp as a process function's. */
+    private static StreamRecord<Row> aside(StreamRecord<SnapshotRecord> element, Row row) {
+        return element.hasTimestamp()
+                ? new StreamRecord<>(row, element.getTimestamp())
+                : new StreamRecord<>(row);
+    }
+
+    private void sendAll() {
+        List<DriftBatch> all = new ArrayList<>(batches.values());
+        batches.clear();
+        firstWindowLast = Long.MAX_VALUE;
+        for (DriftBatch batch : all) {
+            send(batch);
+        }
+    }
+
+    private void send(DriftBatch batch) {
+        buffered -= batch.size;
+        output.collect(outgoing.replace(batch));
     }
 }

@@ -31,7 +31,7 @@ import org.apache.flink.types.Row;
  * each checkpoint barrier (so a restart neither loses nor repeats it).
  */
 final class WindowFiguresOperator extends AbstractStreamOperator<Row>
-        implements OneInputStreamOperator<DriftEvent, Row>, Triggerable<String, Long> {
+        implements OneInputStreamOperator<DriftBatch, Row>, Triggerable<String, Long> {
 
     private static final long serialVersionUID = 1L;
 
@@ -91,18 +91,40 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
     }
 
     @Override
-    public void processElement(StreamRecord<DriftEvent> element) throws Exception {
-        DriftEvent e = element.getValue();
-        long start = e.eventTimeMs - Math.floorMod(e.eventTimeMs, windowSizeMs);
-        long last = start + windowSizeMs - 1;
+    public void processElement(StreamRecord<DriftBatch> element) throws Exception {
+        DriftBatch b = element.getValue();
         String docType = (String) getCurrentKey();
-        if (last <= windowEnds.currentWatermark()) {
-            if (!deduplicate
-                    || late.computeIfAbsent(docType, k -> new IdSet()).addHash(e.idHigh, e.idLow)) {
-                lateCounts.merge(docType, 1L, Long::sum);
+        long watermark = windowEnds.currentWatermark();
+        // The events of a batch mostly share a window: look it up once per run of them.
+        long start = Long.MIN_VALUE;
+        WindowFigures.Accumulator acc = null;
+        for (int i = 0; i < b.size; i++) {
+            long eventTime = b.eventTimeMs[i];
+            long eventStart = eventTime - Math.floorMod(eventTime, windowSizeMs);
+            long last = eventStart + windowSizeMs - 1;
+            if (last <= watermark) {
+                if (!deduplicate
+                        || late.computeIfAbsent(docType, k -> new IdSet())
+                                .addHash(b.idHigh[i], b.idLow[i])) {
+                    lateCounts.merge(docType, 1L, Long::sum);
+                }
+                continue;
             }
-            return;
+            if (acc == null || eventStart != start) {
+                start = eventStart;
+                acc = open(docType, start, last);
+            }
+            if (deduplicate && !acc.ids.addHash(b.idHigh[i], b.idLow[i])) {
+                continue;
+            }
+            acc.add(b.meanDrift[i], b.anchorCount[i], b.disabled[i], b.resampleCount[i],
+                    b.maxKlDivergence[i]);
         }
+    }
+
+    /** The figures of the doc type's window that starts at {@code start}, being counted. */
+    private WindowFigures.Accumulator open(String docType, long start, long last)
+            throws Exception {
         Map<Long, WindowFigures.Accumulator> open =
                 counting.computeIfAbsent(docType, k -> new HashMap<>(4));
         WindowFigures.Accumulator acc = open.get(start);
@@ -115,10 +137,7 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
             }
             open.put(start, acc);
         }
-        if (deduplicate && !acc.ids.addHash(e.idHigh, e.idLow)) {
-            return;
-        }
-        acc.add(e.meanDrift, e.anchorCount, e.disabled, e.resampleCount, e.maxKlDivergence);
+        return acc;
     }
 
     @Override
