@@ -4,6 +4,7 @@ mid-stream; submission to a real session cluster and a restart from a savepoint.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import math
 import random
@@ -19,7 +20,9 @@ import requests
 from confluent_kafka import Producer
 
 from anchorwatch import slice as flow
-from anchorwatch.contracts import DeadLetter, Verdict, decode, encode, verdict_id
+from anchorwatch.connectors.validation import summary_of
+from anchorwatch.contracts import DeadLetter, SnapshotSummary, Verdict, decode, encode, verdict_id
+from anchorwatch.contracts.avro import encode_summary
 from anchorwatch.jobs import cluster, drift_job
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import producer_max_bytes, read_topic, record_limit
@@ -202,6 +205,60 @@ def test_exact_windows_with_disorder_late_invalid_and_idle_partitions(
         "event_id: longer than 200 characters",
     }
     assert all(dl.source.startswith(f"drift-job:{settings.topics.snapshots}/") for dl in letters)
+
+
+def test_summaries_in_their_binary_form_count_as_their_json_and_a_broken_one_is_named(
+    streaming: Callable[..., Running],
+) -> None:
+    """The connectors write each summary in Avro's single-object encoding; another producer
+    may write the contract's JSON. One topic with both: every event counted once, the
+    figures those of the plain computation. A record that starts with the binary marker but
+    is not a whole snapshot-summary.v1 becomes a dead letter that says what is wrong and
+    keeps its bytes; it never stops the job or sinks its neighbours."""
+    job = streaming()
+    settings = job.settings
+    events = minute("invoice", 0, [0.1, 0.35, 0.8, 0.52], jitter=1)
+    opener = event("invoice", T0 + MIN + 6_000, 0.1, 99)  # closes window 0
+    good = summary_of(encode(events[0]))
+    header, body = good[:10], good[10:]
+    # Without a source, the union's branch is the byte before the three doubles and the
+    # one-byte resample count.
+    sourceless = encode_summary({**SnapshotSummary.of(events[0]).model_dump(), "source": None})
+    branch = len(sourceless) - 3 * 8 - 1 - 1
+    assert sourceless[branch] == 0
+    broken = {
+        "another schema": good[:2] + bytes(8) + body,
+        "the record ends inside a number": good[:-3],
+        "1 bytes after the record": good + b"\x00",
+        "source: no union branch 2": sourceless[:branch] + b"\x04" + sourceless[branch + 1 :],
+        "a string that is not UTF-8": header
+        + b"\x04\xff\xfe"
+        + body[1 + len(events[0].event_id) :],
+    }
+    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    for e in events[:2]:
+        producer.produce(settings.topics.snapshots, summary_of(encode(e)), b"invoice")
+    for raw in broken.values():
+        producer.produce(settings.topics.snapshots, raw, b"invoice")
+    for e in events[2:]:
+        producer.produce(settings.topics.snapshots, encode(SnapshotSummary.of(e)), b"invoice")
+    producer.produce(settings.topics.snapshots, summary_of(encode(opener)), b"invoice")
+    assert producer.flush(10) == 0
+
+    verdicts = wait_for(settings, has("invoice", 0))
+    result = flow.compare(flow.reference_windows(events, MIN), [v.window for v in verdicts])
+    assert result.ok, result
+    assert windows_of(verdicts, "invoice")[T0].window.request_count == len(events)
+    wait_until(lambda: len(list(read_topic(settings.kafka, settings.topics.dead_letter)))
+               >= len(broken), 60, "a dead letter for each broken record")  # fmt: skip
+    letters = [decode(DeadLetter, m.value or b"")
+               for m in read_topic(settings.kafka, settings.topics.dead_letter)]  # fmt: skip
+    assert len(letters) == len(broken)
+    for problem, raw in broken.items():
+        (letter,) = [dl for dl in letters if problem in dl.raw]
+        assert letter.field == "$"
+        assert letter.raw.startswith("binary snapshot-summary unreadable: ")
+        assert letter.raw.endswith(base64.b64encode(raw).decode())
 
 
 @pytest.mark.parametrize("deduplicate", [True, False])

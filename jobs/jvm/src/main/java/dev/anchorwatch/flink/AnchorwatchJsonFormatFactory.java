@@ -36,6 +36,10 @@ import org.apache.flink.table.runtime.typeutils.InternalTypeInfo;
  * anchors, which the job never reads, are most of its bytes), handing any record it cannot
  * vouch for to Flink's decoder; {@code jackson} uses Flink's decoder for every record. Both
  * give the same rows.
+ *
+ * <p>A record of the summaries topic in its binary form (Avro single-object encoding of
+ * {@code SnapshotSummary}) is decoded by {@link BinarySummaryDecoder} with either option:
+ * the same columns as its JSON form would give, or a payload row naming what is wrong.
  */
 public final class AnchorwatchJsonFormatFactory implements DeserializationFormatFactory {
 
@@ -85,6 +89,7 @@ public final class AnchorwatchJsonFormatFactory implements DeserializationFormat
                     return new UnparsableAwareDeserializationSchema(
                             decoder(rowType),
                             scan ? TopLevelFieldScanner.forRowType(rowType) : null,
+                            BinarySummaryDecoder.forRowType(rowType),
                             names.size(),
                             /* withPayload= */ false,
                             produced);
@@ -104,6 +109,7 @@ public final class AnchorwatchJsonFormatFactory implements DeserializationFormat
                 return new UnparsableAwareDeserializationSchema(
                         decoder(decoded),
                         scan ? TopLevelFieldScanner.forRowType(decoded) : null,
+                        BinarySummaryDecoder.forRowType(decoded),
                         payload,
                         /* withPayload= */ true,
                         produced);

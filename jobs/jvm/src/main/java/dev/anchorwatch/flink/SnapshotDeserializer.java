@@ -21,7 +21,8 @@ import org.apache.flink.util.Collector;
 
 /**
  * Decodes each snapshot record with the {@code anchorwatch-json} decoding (the byte scanner,
- * Flink's JSON decoder for what it cannot vouch for; one row per record, read or not) and
+ * Flink's JSON decoder for what it cannot vouch for, a summary's binary form by its own
+ * decoder; one row per record, read or not) and
  * keeps its partition and offset for a dead letter's source.
  */
 final class SnapshotDeserializer implements KafkaRecordDeserializationSchema<SnapshotRecord> {
@@ -48,6 +49,7 @@ final class SnapshotDeserializer implements KafkaRecordDeserializationSchema<Sna
                 new UnparsableAwareDeserializationSchema(
                         AnchorwatchJsonFormatFactory.decoder(decoded),
                         TopLevelFieldScanner.forRowType(decoded),
+                        BinarySummaryDecoder.forRowType(decoded),
                         fields.size(),
                         /* withPayload= */ true,
                         InternalTypeInfo.of(withPayload));

@@ -13,7 +13,8 @@ import org.apache.flink.util.Collector;
 
 /**
  * Decodes a record with the {@link TopLevelFieldScanner} when it can vouch for it and with
- * Flink's JSON decoder otherwise (both give the same row; the scanner is the cheap path).
+ * Flink's JSON decoder otherwise (both give the same row; the scanner is the cheap path); a
+ * summary record in its binary form with the {@link BinarySummaryDecoder}.
  * With a payload column: a decoded row gets a NULL payload appended; a record the JSON
  * decoder skipped becomes a row of NULLs with the record's text (invalid UTF-8 replaced) as
  * payload. Nothing read is lost. Without one, a skipped record yields no row, as with
@@ -25,6 +26,7 @@ final class UnparsableAwareDeserializationSchema implements DeserializationSchem
 
     private final DeserializationSchema<RowData> decoder;
     private final TopLevelFieldScanner scanner;
+    private final BinarySummaryDecoder summaries;
     private final TypeInformation<RowData> producedType;
     private final int decodedArity;
     private final boolean withPayload;
@@ -33,17 +35,21 @@ final class UnparsableAwareDeserializationSchema implements DeserializationSchem
     /**
      * @param decoder decodes the first {@code decodedArity} columns
      * @param scanner the fast path for the same columns, or null to always use {@code decoder}
+     * @param summaries the same columns from a binary summary record, or null to read every
+     *     record as JSON
      * @param withPayload whether a payload column follows the decoded ones
      * @param producedType all columns: the decoded ones, then the payload if any
      */
     UnparsableAwareDeserializationSchema(
             DeserializationSchema<RowData> decoder,
             TopLevelFieldScanner scanner,
+            BinarySummaryDecoder summaries,
             int decodedArity,
             boolean withPayload,
             TypeInformation<RowData> producedType) {
         this.decoder = decoder;
         this.scanner = scanner;
+        this.summaries = summaries;
         this.decodedArity = decodedArity;
         this.withPayload = withPayload;
         this.producedType = producedType;
@@ -57,6 +63,20 @@ final class UnparsableAwareDeserializationSchema implements DeserializationSchem
 
     @Override
     public RowData deserialize(byte[] message) throws IOException {
+        if (summaries != null && BinarySummaryDecoder.isBinary(message)) {
+            try {
+                return summaries.decode(message, decodedArity + (withPayload ? 1 : 0));
+            } catch (BinarySummaryDecoder.Unreadable problem) {
+                // Skipped without a payload column, as the JSON decoder skips what it cannot
+                // read; else a payload row naming the problem.
+                return withPayload
+                        ? withPayload(
+                                new GenericRowData(decodedArity),
+                                StringData.fromString(
+                                        BinarySummaryDecoder.payloadText(message, problem)))
+                        : null;
+            }
+        }
         if (scanner != null) {
             // Sized for the payload column too, which stays NULL.
             RowData row = scanner.decode(message, decodedArity + (withPayload ? 1 : 0));
