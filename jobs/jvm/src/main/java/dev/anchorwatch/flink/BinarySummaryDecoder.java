@@ -212,13 +212,26 @@ final class BinarySummaryDecoder implements Serializable {
             int start = p;
             int end = p + (int) length;
             p = end;
-            for (int i = start; i < end; i++) {
-                if (m[i] < 0) {
-                    checkUtf8(start, end);
-                    break;
-                }
+            if (!isAscii(start, end)) {
+                checkUtf8(start, end);
             }
             return StringData.fromBytes(Arrays.copyOfRange(m, start, end));
+        }
+
+        /** Whether no byte has its high bit set: eight at a time, then the rest. */
+        private boolean isAscii(int start, int end) {
+            int i = start;
+            for (; i + 8 <= end; i += 8) {
+                if (((long) LITTLE_ENDIAN_LONG.get(m, i) & 0x8080808080808080L) != 0) {
+                    return false;
+                }
+            }
+            for (; i < end; i++) {
+                if (m[i] < 0) {
+                    return false;
+                }
+            }
+            return true;
         }
 
         private void checkUtf8(int start, int end) throws Unreadable {

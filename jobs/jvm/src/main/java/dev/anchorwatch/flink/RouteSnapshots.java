@@ -1,6 +1,7 @@
 package dev.anchorwatch.flink;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
@@ -48,7 +49,9 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
     private final int maxIdChars;
     private final int maxDocTypeChars;
 
-    private transient Map<StringData, DriftBatch> batches;
+    private transient Map<DocTypeKey, DriftBatch> batches;
+    /** The key looked up for each event, refilled rather than allocated. */
+    private transient DocTypeKey probe;
     private transient int buffered;
     /** The earliest window end among the buffered events. */
     private transient long firstWindowLast;
@@ -70,6 +73,7 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
     public void open() throws Exception {
         super.open();
         batches = new HashMap<>();
+        probe = new DocTypeKey();
         firstWindowLast = Long.MAX_VALUE;
         watermark = Long.MIN_VALUE;
         outgoing = new StreamRecord<>(null);
@@ -92,12 +96,10 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
         }
         RowData r = record.row;
         StringData docType = r.getString(SnapshotRecord.DOC_TYPE);
-        DriftBatch batch = batches.get(docType);
+        DriftBatch batch = batches.get(probe.of(docType.toBytes()));
         if (batch == null) {
-            String name = docType.toString();
-            batch = new DriftBatch(name, deduplicate);
-            // The row's own string may share the reader's buffer: keep a copy as the key.
-            batches.put(StringData.fromString(name), batch);
+            batch = new DriftBatch(docType.toString(), deduplicate);
+            batches.put(probe.copy(), batch);
         }
         long high = 0;
         long low = 0;
@@ -112,7 +114,7 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
                 low,
                 r.getDouble(SnapshotRecord.MEAN_DRIFT),
                 r.getInt(SnapshotRecord.ANCHOR_COUNT),
-                SnapshotRecord.DISABLED.equals(r.getString(SnapshotRecord.SNAPSHOT_STATUS)),
+                record.isDisabled(),
                 r.isNullAt(SnapshotRecord.RESAMPLE_COUNT)
                         ? 0
                         : r.getInt(SnapshotRecord.RESAMPLE_COUNT),
@@ -124,7 +126,7 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
         firstWindowLast = Math.min(firstWindowLast, last);
         buffered++;
         if (batch.size >= BATCH_EVENTS) {
-            batches.remove(docType);
+            batches.remove(probe);
             send(batch);
         } else if (buffered >= BUFFERED_EVENTS) {
             sendAll();
@@ -191,5 +193,41 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
     private void send(DriftBatch batch) {
         buffered -= batch.size;
         output.collect(outgoing.replace(batch));
+    }
+
+    /**
+     * A doc type's UTF-8 bytes as a map key: hashed and compared as bytes, cheaper per event
+     * than a string data's general-purpose hash and comparison over memory segments.
+     */
+    static final class DocTypeKey {
+        private byte[] bytes;
+        private int hash;
+
+        /** This key, now for {@code utf8} (not copied: the caller keeps it unchanged). */
+        DocTypeKey of(byte[] utf8) {
+            bytes = utf8;
+            hash = Arrays.hashCode(utf8);
+            return this;
+        }
+
+        /** A key of its own for the map, with a copy of the bytes. */
+        DocTypeKey copy() {
+            DocTypeKey key = new DocTypeKey();
+            key.bytes = bytes.clone();
+            key.hash = hash;
+            return key;
+        }
+
+        @Override
+        public int hashCode() {
+            return hash;
+        }
+
+        @Override
+        public boolean equals(Object other) {
+            return other instanceof DocTypeKey
+                    && ((DocTypeKey) other).hash == hash
+                    && Arrays.equals(((DocTypeKey) other).bytes, bytes);
+        }
     }
 }

@@ -1,5 +1,7 @@
 package dev.anchorwatch.flink;
 
+import java.util.Arrays;
+
 import org.apache.flink.table.data.RowData;
 import org.apache.flink.table.data.StringData;
 import org.apache.flink.table.data.binary.BinaryStringData;
@@ -33,6 +35,10 @@ public final class SnapshotRecord {
     static final StringData ACTIVE = StringData.fromString("active");
 
     static final StringData DISABLED = StringData.fromString("disabled");
+
+    private static final byte[] ACTIVE_BYTES = ACTIVE.toBytes();
+
+    private static final byte[] DISABLED_BYTES = DISABLED.toBytes();
 
     final RowData row;
     final int partition;
@@ -78,7 +84,7 @@ public final class SnapshotRecord {
             return false;
         }
         StringData status = r.getString(SNAPSHOT_STATUS);
-        if (!ACTIVE.equals(status) && !DISABLED.equals(status)) {
+        if (!is(status, ACTIVE_BYTES) && !is(status, DISABLED_BYTES)) {
             return false;
         }
         if (r.isNullAt(ANCHOR_COUNT) || r.getInt(ANCHOR_COUNT) < 0) {
@@ -90,6 +96,16 @@ public final class SnapshotRecord {
         double drift = r.getDouble(MEAN_DRIFT);
         // As SQL: NOT (drift < 0 OR drift > 1), which lets NaN through as SQL would.
         return !(drift < 0 || drift > 1);
+    }
+
+    /** Whether the string's UTF-8 is {@code word} (a decoded string's own bytes, no copy). */
+    static boolean is(StringData s, byte[] word) {
+        return Arrays.equals(s.toBytes(), word);
+    }
+
+    /** Whether this valid record's status is "disabled". */
+    boolean isDisabled() {
+        return is(row.getString(SNAPSHOT_STATUS), DISABLED_BYTES);
     }
 
     private static boolean isEmpty(StringData s) {
