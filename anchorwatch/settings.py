@@ -81,8 +81,8 @@ class TopicSettings(Section):
     snapshots: str = Field("anchorwatch.snapshots", description="Validated snapshot events.")
     summaries: str = Field(
         "",
-        description="Each accepted snapshot without its anchor log (SnapshotSummary, about "
-        "a tenth of its size), written by the connectors next to the full event; when set, "
+        description="Each accepted snapshot without its anchor log (SnapshotSummary in "
+        "Avro, about 90 bytes), written by the connectors next to the full event; when set, "
         "the drift job reads this topic instead of the snapshots topic. Empty: not written, "
         "the job reads the full snapshots. Set it only when every producer of snapshots "
         "writes their summaries too (anchorwatch's connectors do).",
