@@ -55,9 +55,21 @@ final class BinarySummaryDecoder implements Serializable {
     /** Per schema field, whether its column is an INT (else a BIGINT for an int field). */
     private final boolean[] intColumn;
 
-    private BinarySummaryDecoder(int[] columnOf, boolean[] intColumn) {
+    /**
+     * Whether strings may point into the record's own bytes instead of copies: only where
+     * the caller owns each record's array and never reuses it (a Kafka record's value).
+     */
+    private final boolean wrap;
+
+    private BinarySummaryDecoder(int[] columnOf, boolean[] intColumn, boolean wrap) {
         this.columnOf = columnOf;
         this.intColumn = intColumn;
+        this.wrap = wrap;
+    }
+
+    /** This decoder with strings that point into each record's own array. */
+    BinarySummaryDecoder wrapping() {
+        return new BinarySummaryDecoder(columnOf, intColumn, true);
     }
 
     /**
@@ -99,7 +111,7 @@ final class BinarySummaryDecoder implements Serializable {
             columnOf[f] = column;
             intColumn[f] = type == LogicalTypeRoot.INTEGER;
         }
-        return new BinarySummaryDecoder(columnOf, intColumn);
+        return new BinarySummaryDecoder(columnOf, intColumn, false);
     }
 
     /** Whether the record claims to be a binary summary (starts with the marker). */
@@ -115,7 +127,7 @@ final class BinarySummaryDecoder implements Serializable {
                     + " snapshot-summary.v1's)");
         }
         GenericRowData row = new GenericRowData(width);
-        Reader in = new Reader(m, HEADER.length);
+        Reader in = new Reader(m, HEADER.length, wrap);
         set(row, 0, in.string());
         set(row, 1, in.varlong());
         set(row, 2, in.string());
@@ -169,11 +181,13 @@ final class BinarySummaryDecoder implements Serializable {
     /** Avro's binary encoding, read from a position on. */
     private static final class Reader {
         private final byte[] m;
+        private final boolean wrap;
         int p;
 
-        Reader(byte[] m, int p) {
+        Reader(byte[] m, int p, boolean wrap) {
             this.m = m;
             this.p = p;
+            this.wrap = wrap;
         }
 
         /** A zig-zag varint of at most ten bytes that fits a long. */
@@ -215,7 +229,9 @@ final class BinarySummaryDecoder implements Serializable {
             if (!isAscii(start, end)) {
                 checkUtf8(start, end);
             }
-            return StringData.fromBytes(Arrays.copyOfRange(m, start, end));
+            return wrap
+                    ? StringData.fromBytes(m, start, end - start)
+                    : StringData.fromBytes(Arrays.copyOfRange(m, start, end));
         }
 
         /** Whether no byte has its high bit set: eight at a time, then the rest. */

@@ -86,16 +86,21 @@ public final class IdSet {
     }
 
     /** MurmurHash3_x64_128 with seed 0: {h1, h2}. */
-    @SuppressWarnings("fallthrough")
     static long[] murmur3x64(byte[] data) {
+        return murmur3x64(data, 0, data.length);
+    }
+
+    /** {@link #murmur3x64(byte[])} of {@code length} bytes of {@code data} from {@code from}. */
+    @SuppressWarnings("fallthrough")
+    static long[] murmur3x64(byte[] data, int from, int length) {
         final long c1 = 0x87c37b91114253d5L;
         final long c2 = 0x4cf5ad432745937fL;
         long h1 = 0;
         long h2 = 0;
-        int blocks = data.length / 16;
+        int blocks = length / 16;
         for (int i = 0; i < blocks; i++) {
-            long k1 = getLong(data, i * 16);
-            long k2 = getLong(data, i * 16 + 8);
+            long k1 = getLong(data, from + i * 16);
+            long k2 = getLong(data, from + i * 16 + 8);
             k1 *= c1;
             k1 = Long.rotateLeft(k1, 31);
             k1 *= c2;
@@ -111,10 +116,10 @@ public final class IdSet {
             h2 += h1;
             h2 = h2 * 5 + 0x38495ab5;
         }
-        int tail = blocks * 16;
+        int tail = from + blocks * 16;
         long k1 = 0;
         long k2 = 0;
-        switch (data.length & 15) {
+        switch (length & 15) {
             case 15: k2 ^= (long) (data[tail + 14] & 0xff) << 48; // fall through
             case 14: k2 ^= (long) (data[tail + 13] & 0xff) << 40; // fall through
             case 13: k2 ^= (long) (data[tail + 12] & 0xff) << 32; // fall through
@@ -145,8 +150,8 @@ public final class IdSet {
             default:
                 break;
         }
-        h1 ^= data.length;
-        h2 ^= data.length;
+        h1 ^= length;
+        h2 ^= length;
         h1 += h2;
         h2 += h1;
         h1 = fmix(h1);

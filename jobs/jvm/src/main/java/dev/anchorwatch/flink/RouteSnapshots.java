@@ -96,7 +96,7 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
         }
         RowData r = record.row;
         StringData docType = r.getString(SnapshotRecord.DOC_TYPE);
-        DriftBatch batch = batches.get(probe.of(docType.toBytes()));
+        DriftBatch batch = batches.get(probe.of(SnapshotRecord.Utf8.of(docType)));
         if (batch == null) {
             batch = new DriftBatch(docType.toString(), deduplicate);
             batches.put(probe.copy(), batch);
@@ -104,7 +104,8 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
         long high = 0;
         long low = 0;
         if (deduplicate) {
-            long[] hash = IdSet.murmur3x64(r.getString(SnapshotRecord.EVENT_ID).toBytes());
+            SnapshotRecord.Utf8 id = SnapshotRecord.Utf8.of(r.getString(SnapshotRecord.EVENT_ID));
+            long[] hash = IdSet.murmur3x64(id.array, id.from, id.length);
             high = hash[0];
             low = hash[1];
         }
@@ -201,19 +202,28 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
      */
     static final class DocTypeKey {
         private byte[] bytes;
+        private int from;
+        private int length;
         private int hash;
 
-        /** This key, now for {@code utf8} (not copied: the caller keeps it unchanged). */
-        DocTypeKey of(byte[] utf8) {
-            bytes = utf8;
-            hash = Arrays.hashCode(utf8);
+        /** This key, now for these bytes (not copied: the caller keeps them unchanged). */
+        DocTypeKey of(SnapshotRecord.Utf8 utf8) {
+            bytes = utf8.array;
+            from = utf8.from;
+            length = utf8.length;
+            int h = 1;
+            for (int i = from; i < from + length; i++) {
+                h = 31 * h + bytes[i];
+            }
+            hash = h;
             return this;
         }
 
         /** A key of its own for the map, with a copy of the bytes. */
         DocTypeKey copy() {
             DocTypeKey key = new DocTypeKey();
-            key.bytes = bytes.clone();
+            key.bytes = Arrays.copyOfRange(bytes, from, from + length);
+            key.length = length;
             key.hash = hash;
             return key;
         }
@@ -225,9 +235,13 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
 
         @Override
         public boolean equals(Object other) {
-            return other instanceof DocTypeKey
-                    && ((DocTypeKey) other).hash == hash
-                    && Arrays.equals(((DocTypeKey) other).bytes, bytes);
+            if (!(other instanceof DocTypeKey)) {
+                return false;
+            }
+            DocTypeKey o = (DocTypeKey) other;
+            return o.hash == hash
+                    && Arrays.equals(o.bytes, o.from, o.from + o.length,
+                            bytes, from, from + length);
         }
     }
 }

@@ -49,7 +49,8 @@ final class SnapshotDeserializer implements KafkaRecordDeserializationSchema<Sna
                 new UnparsableAwareDeserializationSchema(
                         AnchorwatchJsonFormatFactory.decoder(decoded),
                         TopLevelFieldScanner.forRowType(decoded),
-                        BinarySummaryDecoder.forRowType(decoded),
+                        // A Kafka record's value is its own array, never reused.
+                        BinarySummaryDecoder.forRowType(decoded).wrapping(),
                         fields.size(),
                         /* withPayload= */ true,
                         InternalTypeInfo.of(withPayload));

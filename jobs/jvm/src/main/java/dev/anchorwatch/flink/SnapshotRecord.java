@@ -4,6 +4,8 @@ import java.util.Arrays;
 
 import org.apache.flink.table.data.RowData;
 import org.apache.flink.table.data.StringData;
+import org.apache.flink.core.memory.MemorySegment;
+import org.apache.flink.table.data.binary.BinarySection;
 import org.apache.flink.table.data.binary.BinaryStringData;
 import org.apache.flink.types.Row;
 
@@ -98,14 +100,46 @@ public final class SnapshotRecord {
         return !(drift < 0 || drift > 1);
     }
 
-    /** Whether the string's UTF-8 is {@code word} (a decoded string's own bytes, no copy). */
+    /** Whether the string's UTF-8 is {@code word}. */
     static boolean is(StringData s, byte[] word) {
-        return Arrays.equals(s.toBytes(), word);
+        Utf8 utf8 = Utf8.of(s);
+        return Arrays.equals(utf8.array, utf8.from, utf8.from + utf8.length, word, 0, word.length);
     }
 
     /** Whether this valid record's status is "disabled". */
     boolean isDisabled() {
         return is(row.getString(SNAPSHOT_STATUS), DISABLED_BYTES);
+    }
+
+    /**
+     * A string's UTF-8 where it lies: the bytes a decoder wrapped (a record's own array),
+     * else a copy. Read per event, so not copied when it need not be.
+     */
+    static final class Utf8 {
+        final byte[] array;
+        final int from;
+        final int length;
+
+        private Utf8(byte[] array, int from, int length) {
+            this.array = array;
+            this.from = from;
+            this.length = length;
+        }
+
+        static Utf8 of(StringData s) {
+            if (s instanceof BinaryStringData) {
+                BinarySection section = ((BinaryStringData) s).getBinarySection();
+                if (section != null && section.getSegments().length == 1) {
+                    MemorySegment segment = section.getSegments()[0];
+                    if (!segment.isOffHeap()) {
+                        return new Utf8(
+                                segment.getArray(), section.getOffset(), section.getSizeInBytes());
+                    }
+                }
+            }
+            byte[] bytes = s.toBytes();
+            return new Utf8(bytes, 0, bytes.length);
+        }
     }
 
     private static boolean isEmpty(StringData s) {
