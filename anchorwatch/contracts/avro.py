@@ -1,6 +1,6 @@
 """The summaries topic's binary form: ``SnapshotSummary`` in Avro's single-object encoding
 (schemas/snapshot-summary.v1.avsc), what anchorwatch's connectors write there. The drift job
-decodes it field by field without tokenising text (jobs/jvm SummaryRecords); it reads the
+decodes it field by field without tokenising text (jobs/jvm BinarySummaryDecoder); it reads the
 JSON form of the contract too, so a producer of its own may write either."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import struct
-from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,20 +21,19 @@ SCHEMA_FILE: Final = Path(__file__).parent / "schemas" / "snapshot-summary.v1.av
 MARKER: Final = b"\xc3\x01"
 
 
-@cache
-def _schema() -> tuple[Any, bytes]:
+def _load_schema() -> tuple[Any, bytes]:
     """The parsed schema and the header of every record: marker, then fingerprint."""
     schema = fastavro.parse_schema(json.loads(SCHEMA_FILE.read_text()))
     crc = int(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"), 16)
     return schema, MARKER + crc.to_bytes(8, "little")
 
 
-_HEADER: Final = _schema()[1]
+_SCHEMA, _HEADER = _load_schema()
 
 
 def summary_fingerprint() -> bytes:
     """The 8 bytes after the marker: the schema's CRC-64-AVRO fingerprint, little-endian."""
-    return _schema()[1][len(MARKER) :]
+    return _HEADER[len(MARKER) :]
 
 
 def encode_summary(fields: dict[str, Any]) -> bytes:
@@ -44,16 +42,13 @@ def encode_summary(fields: dict[str, Any]) -> bytes:
     Written here rather than by ``fastavro.schemaless_writer``, which takes several times as
     long per record on the ingest path; tests/unit/anchorwatch/contracts/test_avro.py holds
     the bytes equal to fastavro's."""
-    event_id = fields["event_id"].encode()
-    doc_type = fields["doc_type"].encode()
-    status = fields["snapshot_status"].encode()
     source = fields["source"]
     return b"".join((
         _HEADER,
-        _long(len(event_id)), event_id,
+        _string(fields["event_id"]),
         _long(fields["event_time_ms"]),
-        _long(len(doc_type)), doc_type,
-        _long(len(status)), status,
+        _string(fields["doc_type"]),
+        _string(fields["snapshot_status"]),
         _long(fields["anchor_count"]),
         b"\x00" if source is None else b"\x02" + _string(source),
         _DOUBLES.pack(fields["mean_drift"], fields["max_drift"], fields["max_kl_divergence"]),
@@ -86,16 +81,15 @@ def _string(text: str) -> bytes:
 
 
 def is_avro_summary(raw: bytes) -> bool:
-    return raw.startswith(_schema()[1])
+    return raw.startswith(_HEADER)
 
 
 def decode_summary(raw: bytes) -> SnapshotSummary:
     """A summaries-topic record in its binary form, checked against the contract."""
-    schema, header = _schema()
-    if not raw.startswith(header):
+    if not raw.startswith(_HEADER):
         raise ValueError("not a snapshot-summary in Avro single-object encoding (header)")
-    body = io.BytesIO(raw[len(header) :])
-    fields = fastavro.schemaless_reader(body, schema, schema)
+    body = io.BytesIO(raw[len(_HEADER) :])
+    fields = fastavro.schemaless_reader(body, _SCHEMA, _SCHEMA)
     if body.read(1):
         raise ValueError("bytes left after the snapshot-summary record")
     return SnapshotSummary.model_validate(fields)

@@ -1,10 +1,8 @@
 package dev.anchorwatch.flink;
 
-import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.Iterator;
-import java.util.List;
 import java.util.Map;
 
 import org.apache.flink.metrics.Counter;
@@ -122,7 +120,7 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
                 r.isNullAt(SnapshotRecord.MAX_KL_DIVERGENCE)
                         ? 0.0
                         : r.getDouble(SnapshotRecord.MAX_KL_DIVERGENCE));
-        long last = eventTime - Math.floorMod(eventTime, windowSizeMs) + windowSizeMs - 1;
+        long last = WindowFiguresOperator.windowStart(eventTime, windowSizeMs) + windowSizeMs - 1;
         batch.firstWindowLast = Math.min(batch.firstWindowLast, last);
         firstWindowLast = Math.min(firstWindowLast, last);
         buffered++;
@@ -183,12 +181,11 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
     }
 
     private void sendAll() {
-        List<DriftBatch> all = new ArrayList<>(batches.values());
-        batches.clear();
-        firstWindowLast = Long.MAX_VALUE;
-        for (DriftBatch batch : all) {
+        for (DriftBatch batch : batches.values()) {
             send(batch);
         }
+        batches.clear();
+        firstWindowLast = Long.MAX_VALUE;
     }
 
     private void send(DriftBatch batch) {

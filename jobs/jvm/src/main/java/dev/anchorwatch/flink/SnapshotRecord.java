@@ -1,5 +1,6 @@
 package dev.anchorwatch.flink;
 
+import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 
 import org.apache.flink.table.data.RowData;
@@ -33,14 +34,10 @@ public final class SnapshotRecord {
     static final int RESAMPLE_COUNT = 8;
     static final int PAYLOAD = 9;
 
-    /** The two snapshot statuses a valid record may have. */
-    static final StringData ACTIVE = StringData.fromString("active");
+    /** The two snapshot statuses a valid record may have, as UTF-8. */
+    private static final byte[] ACTIVE = "active".getBytes(StandardCharsets.UTF_8);
 
-    static final StringData DISABLED = StringData.fromString("disabled");
-
-    private static final byte[] ACTIVE_BYTES = ACTIVE.toBytes();
-
-    private static final byte[] DISABLED_BYTES = DISABLED.toBytes();
+    private static final byte[] DISABLED = "disabled".getBytes(StandardCharsets.UTF_8);
 
     final RowData row;
     final int partition;
@@ -86,7 +83,7 @@ public final class SnapshotRecord {
             return false;
         }
         StringData status = r.getString(SNAPSHOT_STATUS);
-        if (!is(status, ACTIVE_BYTES) && !is(status, DISABLED_BYTES)) {
+        if (!is(status, ACTIVE) && !is(status, DISABLED)) {
             return false;
         }
         if (r.isNullAt(ANCHOR_COUNT) || r.getInt(ANCHOR_COUNT) < 0) {
@@ -108,7 +105,7 @@ public final class SnapshotRecord {
 
     /** Whether this valid record's status is "disabled". */
     boolean isDisabled() {
-        return is(row.getString(SNAPSHOT_STATUS), DISABLED_BYTES);
+        return is(row.getString(SNAPSHOT_STATUS), DISABLED);
     }
 
     /**

@@ -100,7 +100,7 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
         WindowFigures.Accumulator acc = null;
         for (int i = 0; i < b.size; i++) {
             long eventTime = b.eventTimeMs[i];
-            long eventStart = eventTime - Math.floorMod(eventTime, windowSizeMs);
+            long eventStart = windowStart(eventTime, windowSizeMs);
             long last = eventStart + windowSizeMs - 1;
             if (last <= watermark) {
                 if (!deduplicate
@@ -120,6 +120,11 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
             acc.add(b.meanDrift[i], b.anchorCount[i], b.disabled[i], b.resampleCount[i],
                     b.maxKlDivergence[i]);
         }
+    }
+
+    /** Where the tumbling window of an event time starts (its end: start + size - 1). */
+    static long windowStart(long eventTimeMs, long windowSizeMs) {
+        return eventTimeMs - Math.floorMod(eventTimeMs, windowSizeMs);
     }
 
     /** The figures of the doc type's window that starts at {@code start}, being counted. */
