@@ -46,8 +46,22 @@ final class BinarySummaryDecoder implements Serializable {
         "mean_drift", "max_drift", "max_kl_divergence", "resample_count"
     };
 
+    static final int EVENT_ID = 0;
+    static final int EVENT_TIME_MS = 1;
+    static final int DOC_TYPE = 2;
+    static final int SNAPSHOT_STATUS = 3;
+    static final int ANCHOR_COUNT = 4;
+    static final int SOURCE = 5;
+    static final int MEAN_DRIFT = 6;
+    static final int MAX_DRIFT = 7;
+    static final int MAX_KL_DIVERGENCE = 8;
+    static final int RESAMPLE_COUNT = 9;
+
     private static final VarHandle LITTLE_ENDIAN_LONG =
             MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
+
+    /** The header's first eight bytes as one number, to compare once per record. */
+    private static final long HEADER_START = (long) LITTLE_ENDIAN_LONG.get(HEADER, 0);
 
     /** Per schema field, the column it decodes into, or -1 when the table has none. */
     private final int[] columnOf;
@@ -55,21 +69,9 @@ final class BinarySummaryDecoder implements Serializable {
     /** Per schema field, whether its column is an INT (else a BIGINT for an int field). */
     private final boolean[] intColumn;
 
-    /**
-     * Whether strings may point into the record's own bytes instead of copies: only where
-     * the caller owns each record's array and never reuses it (a Kafka record's value).
-     */
-    private final boolean wrap;
-
-    private BinarySummaryDecoder(int[] columnOf, boolean[] intColumn, boolean wrap) {
+    private BinarySummaryDecoder(int[] columnOf, boolean[] intColumn) {
         this.columnOf = columnOf;
         this.intColumn = intColumn;
-        this.wrap = wrap;
-    }
-
-    /** This decoder with strings that point into each record's own array. */
-    BinarySummaryDecoder wrapping() {
-        return new BinarySummaryDecoder(columnOf, intColumn, true);
     }
 
     /**
@@ -90,16 +92,16 @@ final class BinarySummaryDecoder implements Serializable {
             LogicalTypeRoot type = rowType.getTypeAt(column).getTypeRoot();
             boolean fits;
             switch (f) {
-                case 1:
+                case EVENT_TIME_MS:
                     fits = type == LogicalTypeRoot.BIGINT;
                     break;
-                case 4:
-                case 9:
+                case ANCHOR_COUNT:
+                case RESAMPLE_COUNT:
                     fits = type == LogicalTypeRoot.INTEGER || type == LogicalTypeRoot.BIGINT;
                     break;
-                case 6:
-                case 7:
-                case 8:
+                case MEAN_DRIFT:
+                case MAX_DRIFT:
+                case MAX_KL_DIVERGENCE:
                     fits = type == LogicalTypeRoot.DOUBLE;
                     break;
                 default:
@@ -111,7 +113,7 @@ final class BinarySummaryDecoder implements Serializable {
             columnOf[f] = column;
             intColumn[f] = type == LogicalTypeRoot.INTEGER;
         }
-        return new BinarySummaryDecoder(columnOf, intColumn, false);
+        return new BinarySummaryDecoder(columnOf, intColumn);
     }
 
     /** Whether the record claims to be a binary summary (starts with the marker). */
@@ -119,47 +121,89 @@ final class BinarySummaryDecoder implements Serializable {
         return m != null && m.length >= 2 && m[0] == HEADER[0] && m[1] == HEADER[1];
     }
 
-    /** The declared columns of a binary summary in a row of {@code width}. */
-    GenericRowData decode(byte[] m, int width) throws Unreadable {
+    /**
+     * Reads a binary summary's fields into {@code out}, in the schema's order (the source
+     * only when it is not null). Strings are checked for UTF-8 and given as ranges of
+     * {@code m}. On {@link Unreadable}, {@code out} may hold some fields: discard it.
+     */
+    static void read(byte[] m, Fields out) throws Unreadable {
         if (m.length < HEADER.length
-                || !Arrays.equals(m, 0, HEADER.length, HEADER, 0, HEADER.length)) {
+                || (long) LITTLE_ENDIAN_LONG.get(m, 0) != HEADER_START
+                || m[8] != HEADER[8]
+                || m[9] != HEADER[9]) {
             throw new Unreadable("another schema (the fingerprint after the marker is not"
                     + " snapshot-summary.v1's)");
         }
-        GenericRowData row = new GenericRowData(width);
-        Reader in = new Reader(m, HEADER.length, wrap);
-        set(row, 0, in.string());
-        set(row, 1, in.varlong());
-        set(row, 2, in.string());
-        set(row, 3, in.string());
-        setInt(row, 4, in.varint());
+        Reader in = new Reader(m, HEADER.length);
+        in.string(EVENT_ID, out);
+        out.integer(EVENT_TIME_MS, in.varlong());
+        in.string(DOC_TYPE, out);
+        in.string(SNAPSHOT_STATUS, out);
+        out.integer(ANCHOR_COUNT, in.varint());
         long branch = in.varlong();
         if (branch == 1) {
-            set(row, 5, in.string());
+            in.string(SOURCE, out);
         } else if (branch != 0) {
             throw new Unreadable("source: no union branch " + branch);
         }
-        set(row, 6, in.doubleValue());
-        set(row, 7, in.doubleValue());
-        set(row, 8, in.doubleValue());
-        setInt(row, 9, in.varint());
+        out.real(MEAN_DRIFT, in.doubleValue());
+        out.real(MAX_DRIFT, in.doubleValue());
+        out.real(MAX_KL_DIVERGENCE, in.doubleValue());
+        out.integer(RESAMPLE_COUNT, in.varint());
         if (in.p != m.length) {
             throw new Unreadable((m.length - in.p) + " bytes after the record");
         }
-        return row;
     }
 
-    private void set(GenericRowData row, int field, Object value) {
-        int column = columnOf[field];
-        if (column >= 0) {
-            row.setField(column, value);
+    /** The declared columns of a binary summary in a row of {@code width}. */
+    GenericRowData decode(byte[] m, int width) throws Unreadable {
+        Columns row = new Columns(width);
+        read(m, row);
+        return row.row;
+    }
+
+    /** Where {@link #read} puts a summary's fields (their indexes: the schema's order). */
+    interface Fields {
+        /** A string field: {@code length} bytes of UTF-8 from {@code from} on. */
+        void text(int field, byte[] array, int from, int length);
+
+        /** A long field, or an int one (its value then within an int's range). */
+        void integer(int field, long value);
+
+        /** A double field. */
+        void real(int field, double value);
+    }
+
+    /** A row of the declared columns, filled by {@link #read}. */
+    private final class Columns implements Fields {
+        final GenericRowData row;
+
+        Columns(int width) {
+            row = new GenericRowData(width);
         }
-    }
 
-    private void setInt(GenericRowData row, int field, int value) {
-        int column = columnOf[field];
-        if (column >= 0) {
-            row.setField(column, intColumn[field] ? (Object) value : (Object) (long) value);
+        @Override
+        public void text(int field, byte[] array, int from, int length) {
+            // A copy: the format's caller may reuse the record's array.
+            set(field, StringData.fromBytes(Arrays.copyOfRange(array, from, from + length)));
+        }
+
+        @Override
+        public void integer(int field, long value) {
+            // A long field has a BIGINT column; an int field an INT or a BIGINT one.
+            set(field, intColumn[field] ? (Object) (int) value : (Object) value);
+        }
+
+        @Override
+        public void real(int field, double value) {
+            set(field, value);
+        }
+
+        private void set(int field, Object value) {
+            int column = columnOf[field];
+            if (column >= 0) {
+                row.setField(column, value);
+            }
         }
     }
 
@@ -181,13 +225,11 @@ final class BinarySummaryDecoder implements Serializable {
     /** Avro's binary encoding, read from a position on. */
     private static final class Reader {
         private final byte[] m;
-        private final boolean wrap;
         int p;
 
-        Reader(byte[] m, int p, boolean wrap) {
+        Reader(byte[] m, int p) {
             this.m = m;
             this.p = p;
-            this.wrap = wrap;
         }
 
         /** A zig-zag varint of at most ten bytes that fits a long. */
@@ -217,7 +259,8 @@ final class BinarySummaryDecoder implements Serializable {
             return (int) value;
         }
 
-        StringData string() throws Unreadable {
+        /** A length-prefixed string, checked for UTF-8, as field {@code field} of out. */
+        void string(int field, Fields out) throws Unreadable {
             long length = varlong();
             if (length < 0 || length > m.length - p) {
                 throw new Unreadable("a string of " + length + " bytes where "
@@ -229,25 +272,21 @@ final class BinarySummaryDecoder implements Serializable {
             if (!isAscii(start, end)) {
                 checkUtf8(start, end);
             }
-            return wrap
-                    ? StringData.fromBytes(m, start, end - start)
-                    : StringData.fromBytes(Arrays.copyOfRange(m, start, end));
+            out.text(field, m, start, end - start);
         }
 
         /** Whether no byte has its high bit set: eight at a time, then the rest. */
         private boolean isAscii(int start, int end) {
+            // The high bits OR-ed together and tested once: almost every string is ASCII.
+            long bits = 0;
             int i = start;
             for (; i + 8 <= end; i += 8) {
-                if (((long) LITTLE_ENDIAN_LONG.get(m, i) & 0x8080808080808080L) != 0) {
-                    return false;
-                }
+                bits |= (long) LITTLE_ENDIAN_LONG.get(m, i);
             }
             for (; i < end; i++) {
-                if (m[i] < 0) {
-                    return false;
-                }
+                bits |= m[i];
             }
-            return true;
+            return (bits & 0x8080808080808080L) == 0;
         }
 
         private void checkUtf8(int start, int end) throws Unreadable {

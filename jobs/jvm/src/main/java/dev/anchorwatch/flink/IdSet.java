@@ -1,5 +1,9 @@
 package dev.anchorwatch.flink;
 
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
+
 /**
  * The event ids seen in one window, each kept as the 128-bit MurmurHash3 (x64) of its UTF-8
  * bytes in an open-addressing table of longs, at most three quarters full: 16 bytes a slot,
@@ -10,6 +14,9 @@ package dev.anchorwatch.flink;
 public final class IdSet {
 
     private static final int MIN_SLOTS = 16;
+
+    private static final VarHandle LITTLE_ENDIAN_LONG =
+            MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
 
     /** Two longs per slot; a slot of two zeros is empty (a hash of two zeros is nudged). */
     public long[] slots = new long[2 * MIN_SLOTS];
@@ -161,15 +168,9 @@ public final class IdSet {
         return new long[] {h1, h2};
     }
 
+    /** Eight bytes as a little-endian long, as MurmurHash3 reads its blocks. */
     private static long getLong(byte[] b, int i) {
-        return (b[i] & 0xffL)
-                | (b[i + 1] & 0xffL) << 8
-                | (b[i + 2] & 0xffL) << 16
-                | (b[i + 3] & 0xffL) << 24
-                | (b[i + 4] & 0xffL) << 32
-                | (b[i + 5] & 0xffL) << 40
-                | (b[i + 6] & 0xffL) << 48
-                | (b[i + 7] & 0xffL) << 56;
+        return (long) LITTLE_ENDIAN_LONG.get(b, i);
     }
 
     private static long fmix(long k) {

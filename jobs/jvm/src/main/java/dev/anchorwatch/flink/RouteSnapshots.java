@@ -11,8 +11,6 @@ import org.apache.flink.streaming.api.operators.OneInputStreamOperator;
 import org.apache.flink.streaming.api.watermark.Watermark;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
 import org.apache.flink.streaming.runtime.watermarkstatus.WatermarkStatus;
-import org.apache.flink.table.data.RowData;
-import org.apache.flink.table.data.StringData;
 import org.apache.flink.types.Row;
 import org.apache.flink.util.OutputTag;
 
@@ -92,18 +90,17 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
             output.collect(others, aside(element, record.toRow(true)));
             return;
         }
-        RowData r = record.row;
-        StringData docType = r.getString(SnapshotRecord.DOC_TYPE);
-        DriftBatch batch = batches.get(probe.of(SnapshotRecord.Utf8.of(docType)));
+        byte[] text = record.text;
+        DriftBatch batch =
+                batches.get(probe.of(text, record.docTypeFrom, record.docTypeLength));
         if (batch == null) {
-            batch = new DriftBatch(docType.toString(), deduplicate);
+            batch = new DriftBatch(record.docType(), deduplicate);
             batches.put(probe.copy(), batch);
         }
         long high = 0;
         long low = 0;
         if (deduplicate) {
-            SnapshotRecord.Utf8 id = SnapshotRecord.Utf8.of(r.getString(SnapshotRecord.EVENT_ID));
-            long[] hash = IdSet.murmur3x64(id.array, id.from, id.length);
+            long[] hash = IdSet.murmur3x64(text, record.idFrom, record.idLength);
             high = hash[0];
             low = hash[1];
         }
@@ -111,15 +108,13 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
                 eventTime,
                 high,
                 low,
-                r.getDouble(SnapshotRecord.MEAN_DRIFT),
-                r.getInt(SnapshotRecord.ANCHOR_COUNT),
+                record.meanDrift,
+                record.anchorCount,
                 record.isDisabled(),
-                r.isNullAt(SnapshotRecord.RESAMPLE_COUNT)
-                        ? 0
-                        : r.getInt(SnapshotRecord.RESAMPLE_COUNT),
-                r.isNullAt(SnapshotRecord.MAX_KL_DIVERGENCE)
+                record.isNullAt(SnapshotRecord.RESAMPLE_COUNT) ? 0 : record.resampleCount,
+                record.isNullAt(SnapshotRecord.MAX_KL_DIVERGENCE)
                         ? 0.0
-                        : r.getDouble(SnapshotRecord.MAX_KL_DIVERGENCE));
+                        : record.maxKlDivergence);
         long last = WindowFiguresOperator.windowStart(eventTime, windowSizeMs) + windowSizeMs - 1;
         batch.firstWindowLast = Math.min(batch.firstWindowLast, last);
         firstWindowLast = Math.min(firstWindowLast, last);
@@ -204,10 +199,10 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
         private int hash;
 
         /** This key, now for these bytes (not copied: the caller keeps them unchanged). */
-        DocTypeKey of(SnapshotRecord.Utf8 utf8) {
-            bytes = utf8.array;
-            from = utf8.from;
-            length = utf8.length;
+        DocTypeKey of(byte[] array, int from, int length) {
+            this.bytes = array;
+            this.from = from;
+            this.length = length;
             int h = 1;
             for (int i = from; i < from + length; i++) {
                 h = 31 * h + bytes[i];

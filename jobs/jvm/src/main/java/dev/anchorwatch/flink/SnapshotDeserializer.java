@@ -20,10 +20,11 @@ import org.apache.flink.table.types.logical.VarCharType;
 import org.apache.flink.util.Collector;
 
 /**
- * Decodes each snapshot record with the {@code anchorwatch-json} decoding (the byte scanner,
- * Flink's JSON decoder for what it cannot vouch for, a summary's binary form by its own
- * decoder; one row per record, read or not) and
- * keeps its partition and offset for a dead letter's source.
+ * Decodes each snapshot record into a {@link SnapshotRecord} (one per record, read or not),
+ * with its partition and offset for a dead letter's source: a summary in its binary form
+ * straight from its bytes ({@link BinarySummaryDecoder}, its strings left in the Kafka
+ * record's own array), any other record with the {@code anchorwatch-json} decoding (the
+ * byte scanner, Flink's JSON decoder for what it cannot vouch for).
  */
 final class SnapshotDeserializer implements KafkaRecordDeserializationSchema<SnapshotRecord> {
 
@@ -49,8 +50,8 @@ final class SnapshotDeserializer implements KafkaRecordDeserializationSchema<Sna
                 new UnparsableAwareDeserializationSchema(
                         AnchorwatchJsonFormatFactory.decoder(decoded),
                         TopLevelFieldScanner.forRowType(decoded),
-                        // A Kafka record's value is its own array, never reused.
-                        BinarySummaryDecoder.forRowType(decoded).wrapping(),
+                        // Binary summaries are read below, without a row.
+                        null,
                         fields.size(),
                         /* withPayload= */ true,
                         InternalTypeInfo.of(withPayload));
@@ -64,8 +65,23 @@ final class SnapshotDeserializer implements KafkaRecordDeserializationSchema<Sna
     @Override
     public void deserialize(ConsumerRecord<byte[], byte[]> record, Collector<SnapshotRecord> out)
             throws IOException {
-        RowData row = decoder.deserialize(record.value());
-        out.collect(new SnapshotRecord(row, record.partition(), record.offset()));
+        byte[] value = record.value();
+        if (BinarySummaryDecoder.isBinary(value)) {
+            // A Kafka record's value is its own array, never reused: the strings stay in it.
+            SnapshotRecord summary = new SnapshotRecord(record.partition(), record.offset());
+            try {
+                BinarySummaryDecoder.read(value, summary);
+            } catch (BinarySummaryDecoder.Unreadable problem) {
+                summary = SnapshotRecord.unparsable(
+                        BinarySummaryDecoder.payloadText(value, problem),
+                        record.partition(),
+                        record.offset());
+            }
+            out.collect(summary);
+            return;
+        }
+        RowData row = decoder.deserialize(value);
+        out.collect(SnapshotRecord.of(row, record.partition(), record.offset()));
     }
 
     @Override

@@ -1,21 +1,25 @@
 package dev.anchorwatch.flink;
 
+import java.io.ByteArrayOutputStream;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 
+import org.apache.flink.core.memory.MemorySegment;
 import org.apache.flink.table.data.RowData;
 import org.apache.flink.table.data.StringData;
-import org.apache.flink.core.memory.MemorySegment;
 import org.apache.flink.table.data.binary.BinarySection;
 import org.apache.flink.table.data.binary.BinaryStringData;
 import org.apache.flink.types.Row;
 
 /**
- * One record of the snapshot topic as the drift job reads it: the decoded top-level fields
- * (columns {@link #COLUMNS}, a row of NULLs with the text in the payload column for a record
- * that is not a JSON object) and where it came from. Never leaves its source's task.
+ * One record of the snapshot topic as the drift job reads it: the top-level fields it
+ * needs, flat (numbers unboxed, strings as ranges of one UTF-8 array), each present or
+ * NULL, or the record's text as payload when it is not a snapshot at all; and where it
+ * came from. A binary summary fills one straight from its bytes ({@link
+ * BinarySummaryDecoder.Fields}), its strings ranges of the Kafka record's own array; a JSON
+ * record is copied from the row its decoder gives. Never leaves its source's task.
  */
-public final class SnapshotRecord {
+public final class SnapshotRecord implements BinarySummaryDecoder.Fields {
 
     /** Decoded columns in this order, then the payload column. */
     static final String[] COLUMNS = {
@@ -39,22 +43,193 @@ public final class SnapshotRecord {
 
     private static final byte[] DISABLED = "disabled".getBytes(StandardCharsets.UTF_8);
 
-    final RowData row;
     final int partition;
     final long offset;
 
-    SnapshotRecord(RowData row, int partition, long offset) {
-        this.row = row;
+    /** Bit {@code 1 << column} set when the column is not NULL. */
+    private int present;
+
+    /** The UTF-8 every string column is a range of. */
+    byte[] text;
+
+    int idFrom;
+    int idLength;
+    int docTypeFrom;
+    int docTypeLength;
+    int statusFrom;
+    int statusLength;
+    long eventTimeMs;
+    int anchorCount;
+    double meanDrift;
+    double maxDrift;
+    double maxKlDivergence;
+    int resampleCount;
+
+    /** The record's text when it is not a snapshot (no column is then present). */
+    String payload;
+
+    SnapshotRecord(int partition, long offset) {
         this.partition = partition;
         this.offset = offset;
     }
 
+    /** A record that is not a snapshot: every column NULL, its text as payload. */
+    static SnapshotRecord unparsable(String payload, int partition, long offset) {
+        SnapshotRecord record = new SnapshotRecord(partition, offset);
+        record.payload = payload;
+        return record;
+    }
+
+    /**
+     * The record a JSON decoder's row (columns {@link #COLUMNS}, payload last) stands for.
+     * Its strings' bytes are copied into one array.
+     */
+    static SnapshotRecord of(RowData row, int partition, long offset) {
+        SnapshotRecord record = new SnapshotRecord(partition, offset);
+        if (!row.isNullAt(PAYLOAD)) {
+            record.payload = row.getString(PAYLOAD).toString();
+            return record;
+        }
+        ByteArrayOutputStream text = new ByteArrayOutputStream(64);
+        for (int column : new int[] {EVENT_ID, DOC_TYPE, SNAPSHOT_STATUS}) {
+            if (row.isNullAt(column)) {
+                continue;
+            }
+            byte[] utf8 = utf8(row.getString(column));
+            record.setText(column, text.size(), utf8.length);
+            text.write(utf8, 0, utf8.length);
+        }
+        record.text = text.toByteArray();
+        if (!row.isNullAt(EVENT_TIME_MS)) {
+            record.setLong(EVENT_TIME_MS, row.getLong(EVENT_TIME_MS));
+        }
+        for (int column : new int[] {ANCHOR_COUNT, RESAMPLE_COUNT}) {
+            if (!row.isNullAt(column)) {
+                record.setLong(column, row.getInt(column));
+            }
+        }
+        for (int column : new int[] {MEAN_DRIFT, MAX_DRIFT, MAX_KL_DIVERGENCE}) {
+            if (!row.isNullAt(column)) {
+                record.setDouble(column, row.getDouble(column));
+            }
+        }
+        return record;
+    }
+
+    private static byte[] utf8(StringData s) {
+        if (s instanceof BinaryStringData) {
+            BinarySection section = ((BinaryStringData) s).getBinarySection();
+            if (section != null && section.getSegments().length == 1) {
+                MemorySegment segment = section.getSegments()[0];
+                if (!segment.isOffHeap()) {
+                    int from = section.getOffset();
+                    return Arrays.copyOfRange(
+                            segment.getArray(), from, from + section.getSizeInBytes());
+                }
+            }
+        }
+        return s.toBytes();
+    }
+
+    // BinarySummaryDecoder.Fields: a binary summary's fields, in the schema's order. Its
+    // strings all lie in the one record's array.
+
+    @Override
+    public void text(int field, byte[] array, int from, int length) {
+        text = array;
+        switch (field) {
+            case BinarySummaryDecoder.EVENT_ID:
+                setText(EVENT_ID, from, length);
+                break;
+            case BinarySummaryDecoder.DOC_TYPE:
+                setText(DOC_TYPE, from, length);
+                break;
+            case BinarySummaryDecoder.SNAPSHOT_STATUS:
+                setText(SNAPSHOT_STATUS, from, length);
+                break;
+            default: // the source: not read by the drift job
+        }
+    }
+
+    @Override
+    public void integer(int field, long value) {
+        switch (field) {
+            case BinarySummaryDecoder.EVENT_TIME_MS:
+                setLong(EVENT_TIME_MS, value);
+                break;
+            case BinarySummaryDecoder.ANCHOR_COUNT:
+                setLong(ANCHOR_COUNT, value);
+                break;
+            case BinarySummaryDecoder.RESAMPLE_COUNT:
+                setLong(RESAMPLE_COUNT, value);
+                break;
+            default:
+        }
+    }
+
+    @Override
+    public void real(int field, double value) {
+        switch (field) {
+            case BinarySummaryDecoder.MEAN_DRIFT:
+                setDouble(MEAN_DRIFT, value);
+                break;
+            case BinarySummaryDecoder.MAX_DRIFT:
+                setDouble(MAX_DRIFT, value);
+                break;
+            case BinarySummaryDecoder.MAX_KL_DIVERGENCE:
+                setDouble(MAX_KL_DIVERGENCE, value);
+                break;
+            default:
+        }
+    }
+
+    private void setText(int column, int from, int length) {
+        present |= 1 << column;
+        if (column == EVENT_ID) {
+            idFrom = from;
+            idLength = length;
+        } else if (column == DOC_TYPE) {
+            docTypeFrom = from;
+            docTypeLength = length;
+        } else {
+            statusFrom = from;
+            statusLength = length;
+        }
+    }
+
+    /** An integer column (both int columns hold what an INT holds: their decoders check). */
+    private void setLong(int column, long value) {
+        present |= 1 << column;
+        if (column == EVENT_TIME_MS) {
+            eventTimeMs = value;
+        } else if (column == ANCHOR_COUNT) {
+            anchorCount = (int) value;
+        } else {
+            resampleCount = (int) value;
+        }
+    }
+
+    private void setDouble(int column, double value) {
+        present |= 1 << column;
+        if (column == MEAN_DRIFT) {
+            meanDrift = value;
+        } else if (column == MAX_DRIFT) {
+            maxDrift = value;
+        } else {
+            maxKlDivergence = value;
+        }
+    }
+
+    boolean isNullAt(int column) {
+        return column == PAYLOAD ? payload == null : (present & (1 << column)) == 0;
+    }
+
     boolean hasEventTime() {
-        return !row.isNullAt(EVENT_TIME_MS);
+        return !isNullAt(EVENT_TIME_MS);
     }
 
     long eventTimeMs() {
-        return row.getLong(EVENT_TIME_MS);
+        return eventTimeMs;
     }
 
     /**
@@ -62,113 +237,94 @@ public final class SnapshotRecord {
      * conditions in the same terms: a length is SQL's CHAR_LENGTH, in code points).
      */
     boolean isValid(int maxIdChars, int maxDocTypeChars) {
-        RowData r = row;
-        if (!r.isNullAt(PAYLOAD)) {
+        if (payload != null) {
             return false;
         }
-        if (r.isNullAt(EVENT_ID) || longerThan(r.getString(EVENT_ID), maxIdChars)) {
+        if (isNullAt(EVENT_ID) || longerThan(idFrom, idLength, maxIdChars)) {
             return false;
         }
-        if (r.isNullAt(EVENT_TIME_MS)) {
+        if (isNullAt(EVENT_TIME_MS)) {
             return false;
         }
-        if (r.isNullAt(DOC_TYPE)) {
+        if (isNullAt(DOC_TYPE)
+                || docTypeLength == 0
+                || longerThan(docTypeFrom, docTypeLength, maxDocTypeChars)) {
             return false;
         }
-        StringData docType = r.getString(DOC_TYPE);
-        if (isEmpty(docType) || longerThan(docType, maxDocTypeChars)) {
+        if (isNullAt(SNAPSHOT_STATUS)
+                || !(statusIs(ACTIVE) || statusIs(DISABLED))) {
             return false;
         }
-        if (r.isNullAt(SNAPSHOT_STATUS)) {
+        if (isNullAt(ANCHOR_COUNT) || anchorCount < 0) {
             return false;
         }
-        StringData status = r.getString(SNAPSHOT_STATUS);
-        if (!is(status, ACTIVE) && !is(status, DISABLED)) {
+        if (isNullAt(MEAN_DRIFT)) {
             return false;
         }
-        if (r.isNullAt(ANCHOR_COUNT) || r.getInt(ANCHOR_COUNT) < 0) {
-            return false;
-        }
-        if (r.isNullAt(MEAN_DRIFT)) {
-            return false;
-        }
-        double drift = r.getDouble(MEAN_DRIFT);
         // As SQL: NOT (drift < 0 OR drift > 1), which lets NaN through as SQL would.
-        return !(drift < 0 || drift > 1);
-    }
-
-    /** Whether the string's UTF-8 is {@code word}. */
-    static boolean is(StringData s, byte[] word) {
-        Utf8 utf8 = Utf8.of(s);
-        return Arrays.equals(utf8.array, utf8.from, utf8.from + utf8.length, word, 0, word.length);
+        return !(meanDrift < 0 || meanDrift > 1);
     }
 
     /** Whether this valid record's status is "disabled". */
     boolean isDisabled() {
-        return is(row.getString(SNAPSHOT_STATUS), DISABLED);
+        return statusIs(DISABLED);
+    }
+
+    private boolean statusIs(byte[] word) {
+        // A few bytes: the lengths differ for the other status, so a plain loop is cheapest.
+        if (statusLength != word.length) {
+            return false;
+        }
+        for (int i = 0; i < word.length; i++) {
+            if (text[statusFrom + i] != word[i]) {
+                return false;
+            }
+        }
+        return true;
     }
 
     /**
-     * A string's UTF-8 where it lies: the bytes a decoder wrapped (a record's own array),
-     * else a copy. Read per event, so not copied when it need not be.
+     * SQL's {@code CHAR_LENGTH(s) > max} over valid UTF-8: code points are the bytes that do
+     * not continue a sequence; no count needed when the bytes are few enough.
      */
-    static final class Utf8 {
-        final byte[] array;
-        final int from;
-        final int length;
-
-        private Utf8(byte[] array, int from, int length) {
-            this.array = array;
-            this.from = from;
-            this.length = length;
+    private boolean longerThan(int from, int length, int max) {
+        if (length <= max) {
+            return false;
         }
-
-        static Utf8 of(StringData s) {
-            if (s instanceof BinaryStringData) {
-                BinarySection section = ((BinaryStringData) s).getBinarySection();
-                if (section != null && section.getSegments().length == 1) {
-                    MemorySegment segment = section.getSegments()[0];
-                    if (!segment.isOffHeap()) {
-                        return new Utf8(
-                                segment.getArray(), section.getOffset(), section.getSizeInBytes());
-                    }
-                }
+        int chars = 0;
+        for (int i = from; i < from + length; i++) {
+            if ((text[i] & 0xC0) != 0x80) {
+                chars++;
             }
-            byte[] bytes = s.toBytes();
-            return new Utf8(bytes, 0, bytes.length);
         }
+        return chars > max;
     }
 
-    private static boolean isEmpty(StringData s) {
-        return s instanceof BinaryStringData
-                ? ((BinaryStringData) s).getSizeInBytes() == 0
-                : s.toString().isEmpty();
+    /** The doc type (a valid record's), decoded. */
+    String docType() {
+        return string(docTypeFrom, docTypeLength);
     }
 
-    /** SQL's {@code CHAR_LENGTH(s) > max}; no count needed when the bytes are few enough. */
-    private static boolean longerThan(StringData s, int max) {
-        if (s instanceof BinaryStringData) {
-            BinaryStringData b = (BinaryStringData) s;
-            return b.getSizeInBytes() > max && b.numChars() > max;
-        }
-        String text = s.toString();
-        return text.codePointCount(0, text.length()) > max;
+    private String string(int from, int length) {
+        return new String(text, from, length, StandardCharsets.UTF_8);
     }
 
     /** The record for SQL (dead letters, late tallies): the columns, then where and why. */
     Row toRow(boolean late) {
-        RowData r = row;
         Row out = new Row(COLUMNS.length + 3);
-        for (int i : new int[] {EVENT_ID, DOC_TYPE, SNAPSHOT_STATUS, PAYLOAD}) {
-            out.setField(i, r.isNullAt(i) ? null : r.getString(i).toString());
-        }
-        out.setField(EVENT_TIME_MS, r.isNullAt(EVENT_TIME_MS) ? null : r.getLong(EVENT_TIME_MS));
-        for (int i : new int[] {ANCHOR_COUNT, RESAMPLE_COUNT}) {
-            out.setField(i, r.isNullAt(i) ? null : r.getInt(i));
-        }
-        for (int i : new int[] {MEAN_DRIFT, MAX_DRIFT, MAX_KL_DIVERGENCE}) {
-            out.setField(i, r.isNullAt(i) ? null : r.getDouble(i));
-        }
+        out.setField(EVENT_ID, isNullAt(EVENT_ID) ? null : string(idFrom, idLength));
+        out.setField(DOC_TYPE, isNullAt(DOC_TYPE) ? null : docType());
+        out.setField(
+                SNAPSHOT_STATUS,
+                isNullAt(SNAPSHOT_STATUS) ? null : string(statusFrom, statusLength));
+        out.setField(PAYLOAD, payload);
+        out.setField(EVENT_TIME_MS, isNullAt(EVENT_TIME_MS) ? null : eventTimeMs);
+        out.setField(ANCHOR_COUNT, isNullAt(ANCHOR_COUNT) ? null : anchorCount);
+        out.setField(RESAMPLE_COUNT, isNullAt(RESAMPLE_COUNT) ? null : resampleCount);
+        out.setField(MEAN_DRIFT, isNullAt(MEAN_DRIFT) ? null : meanDrift);
+        out.setField(MAX_DRIFT, isNullAt(MAX_DRIFT) ? null : maxDrift);
+        out.setField(
+                MAX_KL_DIVERGENCE, isNullAt(MAX_KL_DIVERGENCE) ? null : maxKlDivergence);
         out.setField(COLUMNS.length, partition);
         out.setField(COLUMNS.length + 1, offset);
         out.setField(COLUMNS.length + 2, late);
