@@ -3,12 +3,14 @@ its configured process size.
 
     .venv/bin/python -m bench.session --events 6000000
     .venv/bin/python -m bench.session --events 6000000 --tm-memory 1728m --event-rate 100000
+    .venv/bin/python -m bench.session --events 6000000 --summaries   # the job reads those
 
 1. Starts Kafka and a Flink session cluster of its own (free ports, a temporary directory;
    one TaskManager of `--tm-memory` process memory, the stack's default, with two slots).
 2. Loads N snapshot events whose event time advances as in a stream of `--event-rate`
    events/s (so each one-minute window holds event-rate x 60 events and their ids), then one
-   event per doc type a window later, which closes every window.
+   event per doc type a window later, which closes every window. With `--summaries` each
+   event's binary summary goes to the summaries topic too, and the job reads that topic.
 3. Submits the drift job (parallelism 2, from the earliest offset): it reads the backlog as
    fast as it can, which is the highest rate it sustains here.
 4. Samples the TaskManager's RSS (the JVM alone; its Python workers are separate processes,
@@ -30,6 +32,7 @@ import requests
 from confluent_kafka import Consumer, Producer
 
 from anchorwatch import slice as flow
+from anchorwatch.connectors.validation import summary_of
 from anchorwatch.jobs import cluster, drift_job
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config
@@ -100,6 +103,12 @@ def main() -> None:
         choices=("hashmap", "rocksdb"),
         help="the job's job.state_backend (default: the cluster's, hashmap)",
     )
+    parser.add_argument(
+        "--summaries",
+        action="store_true",
+        help="set topics.summaries: each event is also written as its binary summary, as the "
+        "connectors write it, and the job reads those",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="anchorwatch-bench-session-") as tmp:
         stack = stack_on_free_ports(Path(tmp), flink=True,
@@ -126,7 +135,9 @@ def close_windows(settings: JobSettings, windows: set[tuple[str, int]]) -> None:
     producer = Producer(client_config(settings.kafka))
     for doc_type in sorted({d for d, _ in windows}):
         record = snapshot(f"closer-{doc_type}", doc_type, end)
-        producer.produce(settings.topics.snapshots, record, doc_type.encode())
+        if settings.topics.summaries:  # the job reads the summaries
+            record = summary_of(record)
+        producer.produce(settings.topics.drift_input, record, doc_type.encode())
     producer.flush()
 
 
@@ -134,7 +145,9 @@ def run(stack: Stack, args: argparse.Namespace) -> None:
     base = JobSettings.load(kafka={"bootstrap_servers": stack.kafka.bootstrap},
                             job={"parallelism": args.parallelism,
                                  "startup_mode": "earliest-offset",
-                                 "state_backend": args.state_backend})  # fmt: skip
+                                 "state_backend": args.state_backend},
+                            topics={"summaries": "anchorwatch.summaries"}
+                            if args.summaries else {})  # fmt: skip
     settings = base.model_copy(
         update={"topics": flow.run_scoped_topics(base.topics, flow.new_run_id())}
     )

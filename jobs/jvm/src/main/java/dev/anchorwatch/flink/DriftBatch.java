@@ -64,6 +64,14 @@ public final class DriftBatch {
         this(docType, withIds, FIRST_CAPACITY);
     }
 
+    /** This batch emptied, for another doc type (its arrays kept). */
+    DriftBatch reset(String newDocType) {
+        docType = newDocType;
+        size = 0;
+        firstWindowLast = Long.MAX_VALUE;
+        return this;
+    }
+
     /** Appends one event ({@code idHigh}, {@code idLow} ignored unless {@link #withIds}). */
     void add(long eventTime, long high, long low, double drift, int anchors, boolean isDisabled,
             int resamples, double klDivergence) {

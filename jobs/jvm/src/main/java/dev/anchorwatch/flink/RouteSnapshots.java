@@ -1,5 +1,6 @@
 package dev.anchorwatch.flink;
 
+import java.util.ArrayDeque;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.Iterator;
@@ -39,6 +40,12 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
     /** Events buffered in the task across doc types, at most (10,000 types stay bounded). */
     static final int BUFFERED_EVENTS = 16_384;
 
+    /**
+     * Sent batches kept to be filled again (their arrays grown already), at most this many,
+     * so that many doc types stay bounded too.
+     */
+    static final int SPARE_BATCHES = 8;
+
     private final OutputTag<Row> others;
     private final boolean deduplicate;
     private final long windowSizeMs;
@@ -46,6 +53,7 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
     private final int maxDocTypeChars;
 
     private transient Map<DocTypeKey, DriftBatch> batches;
+    private transient ArrayDeque<DriftBatch> spare;
     /** The key looked up for each event, refilled rather than allocated. */
     private transient DocTypeKey probe;
     private transient int buffered;
@@ -69,6 +77,7 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
     public void open() throws Exception {
         super.open();
         batches = new HashMap<>();
+        spare = new ArrayDeque<>(SPARE_BATCHES);
         probe = new DocTypeKey();
         firstWindowLast = Long.MAX_VALUE;
         watermark = Long.MIN_VALUE;
@@ -94,7 +103,9 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
         DriftBatch batch =
                 batches.get(probe.of(text, record.docTypeFrom, record.docTypeLength));
         if (batch == null) {
-            batch = new DriftBatch(record.docType(), deduplicate);
+            batch = spare.isEmpty()
+                    ? new DriftBatch(record.docType(), deduplicate)
+                    : spare.pop().reset(record.docType());
             batches.put(probe.copy(), batch);
         }
         long high = 0;
@@ -186,6 +197,11 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
     private void send(DriftBatch batch) {
         buffered -= batch.size;
         output.collect(outgoing.replace(batch));
+        // The keyed exchange has serialised the batch by now (nothing is chained after this
+        // operator: its batches only cross the exchange), so its arrays can serve again.
+        if (spare.size() < SPARE_BATCHES) {
+            spare.push(batch);
+        }
     }
 
     /**
