@@ -46,6 +46,8 @@ final class BinarySummaryDecoder implements Serializable {
         "mean_drift", "max_drift", "max_kl_divergence", "resample_count"
     };
 
+    static final int FIELD_COUNT = FIELDS.length;
+
     static final int EVENT_ID = 0;
     static final int EVENT_TIME_MS = 1;
     static final int DOC_TYPE = 2;

@@ -131,56 +131,42 @@ public final class SnapshotRecord implements BinarySummaryDecoder.Fields {
         return s.toBytes();
     }
 
-    // BinarySummaryDecoder.Fields: a binary summary's fields, in the schema's order. Its
-    // strings all lie in the one record's array.
+    /** Per field of a binary summary (its schema's order), its column; -1: not read here. */
+    private static final int[] COLUMN_OF_FIELD = new int[BinarySummaryDecoder.FIELD_COUNT];
+
+    static {
+        COLUMN_OF_FIELD[BinarySummaryDecoder.EVENT_ID] = EVENT_ID;
+        COLUMN_OF_FIELD[BinarySummaryDecoder.EVENT_TIME_MS] = EVENT_TIME_MS;
+        COLUMN_OF_FIELD[BinarySummaryDecoder.DOC_TYPE] = DOC_TYPE;
+        COLUMN_OF_FIELD[BinarySummaryDecoder.SNAPSHOT_STATUS] = SNAPSHOT_STATUS;
+        COLUMN_OF_FIELD[BinarySummaryDecoder.ANCHOR_COUNT] = ANCHOR_COUNT;
+        COLUMN_OF_FIELD[BinarySummaryDecoder.SOURCE] = -1;
+        COLUMN_OF_FIELD[BinarySummaryDecoder.MEAN_DRIFT] = MEAN_DRIFT;
+        COLUMN_OF_FIELD[BinarySummaryDecoder.MAX_DRIFT] = MAX_DRIFT;
+        COLUMN_OF_FIELD[BinarySummaryDecoder.MAX_KL_DIVERGENCE] = MAX_KL_DIVERGENCE;
+        COLUMN_OF_FIELD[BinarySummaryDecoder.RESAMPLE_COUNT] = RESAMPLE_COUNT;
+    }
+
+    // BinarySummaryDecoder.Fields: a binary summary's fields. Its strings all lie in the one
+    // record's array.
 
     @Override
     public void text(int field, byte[] array, int from, int length) {
-        text = array;
-        switch (field) {
-            case BinarySummaryDecoder.EVENT_ID:
-                setText(EVENT_ID, from, length);
-                break;
-            case BinarySummaryDecoder.DOC_TYPE:
-                setText(DOC_TYPE, from, length);
-                break;
-            case BinarySummaryDecoder.SNAPSHOT_STATUS:
-                setText(SNAPSHOT_STATUS, from, length);
-                break;
-            default: // the source: not read by the drift job
+        int column = COLUMN_OF_FIELD[field];
+        if (column >= 0) {
+            text = array;
+            setText(column, from, length);
         }
     }
 
     @Override
     public void integer(int field, long value) {
-        switch (field) {
-            case BinarySummaryDecoder.EVENT_TIME_MS:
-                setLong(EVENT_TIME_MS, value);
-                break;
-            case BinarySummaryDecoder.ANCHOR_COUNT:
-                setLong(ANCHOR_COUNT, value);
-                break;
-            case BinarySummaryDecoder.RESAMPLE_COUNT:
-                setLong(RESAMPLE_COUNT, value);
-                break;
-            default:
-        }
+        setLong(COLUMN_OF_FIELD[field], value);
     }
 
     @Override
     public void real(int field, double value) {
-        switch (field) {
-            case BinarySummaryDecoder.MEAN_DRIFT:
-                setDouble(MEAN_DRIFT, value);
-                break;
-            case BinarySummaryDecoder.MAX_DRIFT:
-                setDouble(MAX_DRIFT, value);
-                break;
-            case BinarySummaryDecoder.MAX_KL_DIVERGENCE:
-                setDouble(MAX_KL_DIVERGENCE, value);
-                break;
-            default:
-        }
+        setDouble(COLUMN_OF_FIELD[field], value);
     }
 
     private void setText(int column, int from, int length) {
