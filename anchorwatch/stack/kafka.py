@@ -215,8 +215,9 @@ class KafkaBroker:
             *self._jvm_args(artifacts, "256m"),
             "kafka.tools.StorageTool",
             "format",
-            "-t",
-            cluster_id,
+            # One argument, so that no id is read as an option (ids made before
+            # new_cluster_id avoided a leading "-" may have one).
+            f"--cluster-id={cluster_id}",
             "-c",
             str(config),
             *quorum,
@@ -271,7 +272,13 @@ class KafkaBroker:
 
 
 def new_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id as Kafka's own ``Uuid.randomUuid`` makes one: URL-safe base64 of
+    16 random bytes, drawn again when it starts with "-" (a command line would take it for
+    an option: one draw in 64)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 #: How long a dead node of a cluster keeps its partitions before the controller fences it.

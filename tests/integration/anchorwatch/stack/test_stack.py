@@ -11,6 +11,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from anchorwatch.stack.flink import JOBMANAGER_CLASS, TASKMANAGER_CLASS
 from anchorwatch.stack.jvm import fetch
+from anchorwatch.stack.kafka import KafkaBroker
 from anchorwatch.stack.processes import StackError, free_port, is_alive
 from anchorwatch.stack.stack import Stack, StackSettings
 
@@ -113,3 +114,19 @@ def test_warm_jvm_cache_needs_no_maven(stack: Stack, monkeypatch: pytest.MonkeyP
     assert b"dev.anchorwatch.flink.AnchorwatchJsonFormatFactory" in factories
     assert b"KafkaDynamicTableFactory" in factories
     assert "kafka_2.13-4.2.0.jar" in artifacts.kafka_classpath()
+
+
+def test_a_cluster_id_that_starts_with_a_dash_formats_and_starts(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """An id of URL-safe base64 starts with "-" once in 64 draws: the storage tool must take
+    it as the id, not as an option (it once failed "expected one argument")."""
+    artifacts, _ = fetch(stack.settings.jvm.cache_dir)
+    broker = KafkaBroker(tmp_path, "127.0.0.1", free_port(), free_port(), "256m", 1)
+    pid = broker.launch(artifacts, "-XjKJ2_PQmuCvHEpESUk5A")
+    try:
+        broker.wait_ready(pid, timeout_s=60)
+        meta = (tmp_path / "data" / "meta.properties").read_text()
+        assert "cluster.id=-XjKJ2_PQmuCvHEpESUk5A" in meta.splitlines()
+    finally:
+        broker.stop()

@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+import base64
 import socket
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from anchorwatch.settings import TopicSettings
+from anchorwatch.stack import kafka as kafka_module
 from anchorwatch.stack.flink import FlinkCluster
 from anchorwatch.stack.kafka import KafkaBroker
 from anchorwatch.stack.processes import StackError, free_port, is_alive, require_free_ports, runs
@@ -76,3 +79,12 @@ def test_a_process_just_started_runs_until_it_exits() -> None:
     assert not runs(proc.pid)
     proc.wait()
     assert not runs(proc.pid)
+
+
+def test_a_new_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 0xF8 leads with the six bits 111110, "-" in URL-safe base64: that draw is thrown back.
+    draws = iter([uuid.UUID(bytes=b"\xf8" + b"\x01" * 15), uuid.UUID(bytes=b"\x07" * 16)])
+    monkeypatch.setattr(uuid, "uuid4", lambda: next(draws))
+    cluster_id = kafka_module.new_cluster_id()
+    assert cluster_id == base64.urlsafe_b64encode(b"\x07" * 16).decode().rstrip("=")
+    assert len(cluster_id) == 22
