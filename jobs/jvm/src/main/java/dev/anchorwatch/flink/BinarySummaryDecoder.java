@@ -46,8 +46,6 @@ final class BinarySummaryDecoder implements Serializable {
         "mean_drift", "max_drift", "max_kl_divergence", "resample_count"
     };
 
-    static final int FIELD_COUNT = FIELDS.length;
-
     static final int EVENT_ID = 0;
     static final int EVENT_TIME_MS = 1;
     static final int DOC_TYPE = 2;
@@ -82,12 +80,10 @@ final class BinarySummaryDecoder implements Serializable {
      * for the long, INT or BIGINT for an int, DOUBLE for a double).
      */
     static BinarySummaryDecoder forRowType(RowType rowType) {
-        int[] columnOf = new int[FIELDS.length];
+        int[] columnOf = columnsOf(rowType.getFieldNames());
         boolean[] intColumn = new boolean[FIELDS.length];
-        Arrays.fill(columnOf, -1);
-        List<String> names = rowType.getFieldNames();
         for (int f = 0; f < FIELDS.length; f++) {
-            int column = names.indexOf(FIELDS[f]);
+            int column = columnOf[f];
             if (column < 0) {
                 continue;
             }
@@ -112,10 +108,18 @@ final class BinarySummaryDecoder implements Serializable {
             if (!fits) {
                 return null;
             }
-            columnOf[f] = column;
             intColumn[f] = type == LogicalTypeRoot.INTEGER;
         }
         return new BinarySummaryDecoder(columnOf, intColumn);
+    }
+
+    /** Per schema field, the index of the column of its name in {@code names}, or -1. */
+    static int[] columnsOf(List<String> names) {
+        int[] columnOf = new int[FIELDS.length];
+        for (int f = 0; f < FIELDS.length; f++) {
+            columnOf[f] = names.indexOf(FIELDS[f]);
+        }
+        return columnOf;
     }
 
     /** Whether the record claims to be a binary summary (starts with the marker). */

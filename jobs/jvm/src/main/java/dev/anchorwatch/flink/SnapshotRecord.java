@@ -4,11 +4,7 @@ import java.io.ByteArrayOutputStream;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 
-import org.apache.flink.core.memory.MemorySegment;
 import org.apache.flink.table.data.RowData;
-import org.apache.flink.table.data.StringData;
-import org.apache.flink.table.data.binary.BinarySection;
-import org.apache.flink.table.data.binary.BinaryStringData;
 import org.apache.flink.types.Row;
 
 /**
@@ -95,7 +91,7 @@ public final class SnapshotRecord implements BinarySummaryDecoder.Fields {
             if (row.isNullAt(column)) {
                 continue;
             }
-            byte[] utf8 = utf8(row.getString(column));
+            byte[] utf8 = row.getString(column).toBytes();
             record.setText(column, text.size(), utf8.length);
             text.write(utf8, 0, utf8.length);
         }
@@ -116,36 +112,9 @@ public final class SnapshotRecord implements BinarySummaryDecoder.Fields {
         return record;
     }
 
-    private static byte[] utf8(StringData s) {
-        if (s instanceof BinaryStringData) {
-            BinarySection section = ((BinaryStringData) s).getBinarySection();
-            if (section != null && section.getSegments().length == 1) {
-                MemorySegment segment = section.getSegments()[0];
-                if (!segment.isOffHeap()) {
-                    int from = section.getOffset();
-                    return Arrays.copyOfRange(
-                            segment.getArray(), from, from + section.getSizeInBytes());
-                }
-            }
-        }
-        return s.toBytes();
-    }
-
     /** Per field of a binary summary (its schema's order), its column; -1: not read here. */
-    private static final int[] COLUMN_OF_FIELD = new int[BinarySummaryDecoder.FIELD_COUNT];
-
-    static {
-        COLUMN_OF_FIELD[BinarySummaryDecoder.EVENT_ID] = EVENT_ID;
-        COLUMN_OF_FIELD[BinarySummaryDecoder.EVENT_TIME_MS] = EVENT_TIME_MS;
-        COLUMN_OF_FIELD[BinarySummaryDecoder.DOC_TYPE] = DOC_TYPE;
-        COLUMN_OF_FIELD[BinarySummaryDecoder.SNAPSHOT_STATUS] = SNAPSHOT_STATUS;
-        COLUMN_OF_FIELD[BinarySummaryDecoder.ANCHOR_COUNT] = ANCHOR_COUNT;
-        COLUMN_OF_FIELD[BinarySummaryDecoder.SOURCE] = -1;
-        COLUMN_OF_FIELD[BinarySummaryDecoder.MEAN_DRIFT] = MEAN_DRIFT;
-        COLUMN_OF_FIELD[BinarySummaryDecoder.MAX_DRIFT] = MAX_DRIFT;
-        COLUMN_OF_FIELD[BinarySummaryDecoder.MAX_KL_DIVERGENCE] = MAX_KL_DIVERGENCE;
-        COLUMN_OF_FIELD[BinarySummaryDecoder.RESAMPLE_COUNT] = RESAMPLE_COUNT;
-    }
+    private static final int[] COLUMN_OF_FIELD =
+            BinarySummaryDecoder.columnsOf(Arrays.asList(COLUMNS));
 
     // BinarySummaryDecoder.Fields: a binary summary's fields. Its strings all lie in the one
     // record's array.
