@@ -56,6 +56,7 @@ public final class FormatBench {
                 new UnparsableAwareDeserializationSchema(
                         jackson,
                         scan ? TopLevelFieldScanner.forRowType(d) : null,
+                        BinarySummaryDecoder.forRowType(d),
                         COLUMNS.length,
                         true,
                         InternalTypeInfo.of(all));

@@ -1,9 +1,15 @@
-"""The anchorwatch-json decoders on their own (no Kafka, no job): CPU per record of the
-byte scanner and of Flink's JSON decoder over generated snapshots, and a differential fuzz
-of the two. Compiles FormatBench.java against PyFlink's jars and the jobs' jar.
+"""The drift job's per-event pieces on their own (no Kafka, no job), compiled against
+PyFlink's jars and the jobs' jar:
 
-    .venv/bin/python jobs/jvm/bench/run.py bench 8          # rounds of CPU per record
-    .venv/bin/python jobs/jvm/bench/run.py fuzz 1 300000    # seed, mutated records
+- FormatBench.java: the anchorwatch-json decoders, CPU per record of the byte scanner and of
+  Flink's JSON decoder over generated snapshots, and a differential fuzz of the two;
+- IdSetBench.java: a window's id set, ns per id added one at a time and a run at a time,
+  and a differential check of the two.
+
+    .venv/bin/python jobs/jvm/bench/run.py bench 8                # rounds of CPU per record
+    .venv/bin/python jobs/jvm/bench/run.py fuzz 1 300000          # seed, mutated records
+    .venv/bin/python jobs/jvm/bench/run.py idset-bench 7 1000000  # rounds, ids a window
+    .venv/bin/python jobs/jvm/bench/run.py idset-check 1 300000   # seed, ids
 """
 
 from __future__ import annotations
@@ -25,13 +31,17 @@ def main() -> None:
     jar = fetch(JobSettings.load().jvm.cache_dir)[0].flink_jobs_jar()
     lib = Path(pyflink.__file__).parent / "lib"
     classpath = f"{lib}/*:{jar}"
-    traffic = generate(TrafficConfig(seed=5, minutes=3, doc_types=16, rate_scale=1.0))
     with tempfile.TemporaryDirectory(prefix="aw-format-bench-") as tmp:
+        here = Path(__file__).parent
+        sources = [str(here / "FormatBench.java"), str(here / "IdSetBench.java")]
+        subprocess.run(["javac", "-nowarn", "-d", tmp, "-cp", classpath, *sources], check=True)
+        if sys.argv[1].startswith("idset"):
+            cmd = ["java", "-cp", f"{tmp}:{classpath}", "dev.anchorwatch.flink.IdSetBench"]
+            sys.exit(subprocess.run([*cmd, *sys.argv[1:]], check=False).returncode)
+        traffic = generate(TrafficConfig(seed=5, minutes=3, doc_types=16, rate_scale=1.0))
         corpus = Path(tmp) / "corpus.b64"
         records = (r.raw for r in traffic.records() if r.event is not None)
         corpus.write_text("".join(base64.b64encode(r).decode() + "\n" for r in records))
-        source = Path(__file__).with_name("FormatBench.java")
-        subprocess.run(["javac", "-nowarn", "-d", tmp, "-cp", classpath, str(source)], check=True)
         main_class = "dev.anchorwatch.flink.FormatBench"
         cmd = ["java", "-cp", f"{tmp}:{classpath}", main_class, str(corpus), *sys.argv[1:]]
         sys.exit(subprocess.run(cmd, check=False).returncode)

@@ -35,6 +35,9 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
 
     private static final long serialVersionUID = 1L;
 
+    /** Doc types whose last window's id count is kept, at most. */
+    static final int MAX_SIZE_HINTS = 65_536;
+
     private final long windowSizeMs;
     private final boolean deduplicate;
     private final long lateReportMs;
@@ -47,6 +50,12 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
     private transient Map<String, IdSet> late;
 
     private transient Map<String, Long> lateCounts;
+
+    /** Ids in each doc type's last fired window: how big to make its next window's set. */
+    private transient Map<String, Integer> lastWindowIds;
+
+    /** Which of a run of a batch's ids were new to their set ({@link IdSet#addHashes}). */
+    private transient boolean[] fresh;
 
     WindowFiguresOperator(long windowSizeMs, boolean deduplicate, long lateReportMs) {
         this.windowSizeMs = windowSizeMs;
@@ -68,6 +77,8 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
         counting = new HashMap<>();
         late = new HashMap<>();
         lateCounts = new HashMap<>();
+        lastWindowIds = new HashMap<>();
+        fresh = new boolean[RouteSnapshots.BATCH_EVENTS];
         scheduleLateReport();
     }
 
@@ -95,30 +106,52 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
         DriftBatch b = element.getValue();
         String docType = (String) getCurrentKey();
         long watermark = windowEnds.currentWatermark();
-        // The events of a batch mostly share a window: look it up once per run of them.
-        long start = Long.MIN_VALUE;
-        WindowFigures.Accumulator acc = null;
-        for (int i = 0; i < b.size; i++) {
-            long eventTime = b.eventTimeMs[i];
-            long eventStart = windowStart(eventTime, windowSizeMs);
-            long last = eventStart + windowSizeMs - 1;
+        if (fresh.length < b.size) {
+            fresh = new boolean[b.size];
+        }
+        // The events of a batch mostly share a window: taken a run of one window at a time,
+        // its ids added to the window's set together (IdSet#addHashes).
+        int i = 0;
+        while (i < b.size) {
+            long start = windowStart(b.eventTimeMs[i], windowSizeMs);
+            long last = start + windowSizeMs - 1;
+            int end = i + 1;
+            while (end < b.size && b.eventTimeMs[end] >= start && b.eventTimeMs[end] <= last) {
+                end++;
+            }
             if (last <= watermark) {
-                if (!deduplicate
-                        || late.computeIfAbsent(docType, k -> new IdSet())
-                                .addHash(b.idHigh[i], b.idLow[i])) {
-                    lateCounts.merge(docType, 1L, Long::sum);
+                tallyLate(docType, b, i, end);
+            } else {
+                WindowFigures.Accumulator acc = open(docType, start, last);
+                if (deduplicate) {
+                    acc.ids.addHashes(b.idHigh, b.idLow, i, end, fresh);
                 }
-                continue;
+                for (int k = i; k < end; k++) {
+                    if (!deduplicate || fresh[k - i]) {
+                        acc.add(b.meanDrift[k], b.anchorCount[k], b.disabled[k],
+                                b.resampleCount[k], b.maxKlDivergence[k]);
+                    }
+                }
             }
-            if (acc == null || eventStart != start) {
-                start = eventStart;
-                acc = open(docType, start, last);
+            i = end;
+        }
+    }
+
+    /** Events [from, to) of the batch, whose window has fired: tallied late, each id once. */
+    private void tallyLate(String docType, DriftBatch b, int from, int to) {
+        long count = to - from;
+        if (deduplicate) {
+            late.computeIfAbsent(docType, k -> new IdSet()).addHashes(b.idHigh, b.idLow, from,
+                    to, fresh);
+            count = 0;
+            for (int k = 0; k < to - from; k++) {
+                if (fresh[k]) {
+                    count++;
+                }
             }
-            if (deduplicate && !acc.ids.addHash(b.idHigh[i], b.idLow[i])) {
-                continue;
-            }
-            acc.add(b.meanDrift[i], b.anchorCount[i], b.disabled[i], b.resampleCount[i],
-                    b.maxKlDivergence[i]);
+        }
+        if (count > 0) {
+            lateCounts.merge(docType, count, Long::sum);
         }
     }
 
@@ -138,6 +171,11 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
             acc = stored.value();
             if (acc == null) {
                 acc = new WindowFigures.Accumulator();
+                if (deduplicate) {
+                    // Sized for as many ids as the type's last window had: the set then
+                    // rarely grows, and each growth re-inserts every id (a cache miss each).
+                    acc.ids = IdSet.withCapacity(lastWindowIds.getOrDefault(docType, 0));
+                }
                 windowEnds.registerEventTimeTimer(start, last);
             }
             open.put(start, acc);
@@ -162,6 +200,13 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
             acc = stored.value();
         }
         stored.clear();
+        if (acc != null && deduplicate) {
+            // Only a hint: dropped whole rather than grow with every doc type ever seen.
+            if (lastWindowIds.size() >= MAX_SIZE_HINTS) {
+                lastWindowIds.clear();
+            }
+            lastWindowIds.put(docType, acc.ids.size);
+        }
         if (acc != null && acc.count > 0) {
             output.collect(
                     new StreamRecord<>(
