@@ -8,6 +8,7 @@ read-parse-discard job over the same topic, in one run on this machine.
     .venv/bin/python bench/job.py --events 3000000 --rounds 2 --input summaries # topics.summaries
     .venv/bin/python bench/job.py --events 3000000 --rounds 2 --input both      # summaries' gain
     .venv/bin/python bench/job.py --events 3000000 --rounds 2 --rocksdb         # its state cost
+    .venv/bin/python bench/job.py --events 5000000 --rounds 3 --input summaries --floors
 
 1. Starts a private Kafka (free ports, temporary directory) and loads N realistic snapshot
    events (from the traffic generator, replayed with fresh ids and new event times).
@@ -38,7 +39,14 @@ read-parse-discard job over the same topic, in one run on this machine.
    what deduplicating costs. `--jackson` also runs read-parse-discard with the format's
    `decoder` 'jackson' (Flink's JSON decoder for every record, the format before its byte
    scanner) in the same rounds. `--rocksdb` also runs the drift job with its state in
-   RocksDB (`job.state_backend`) in the same rounds.
+   RocksDB (`job.state_backend`) in the same rounds. `--floors` also runs the floor jobs
+   over the drift job's own DataStream source (jobs/jvm ReadFloor): read-discard with it,
+   read-touch-discard (every byte of each record loaded once, nothing decoded) and
+   read-decode-discard (each record decoded as the drift job decodes it, then dropped),
+   read-route-discard (decoded, watermarked and routed into the drift job's batches, which
+   are dropped) and read-route-exchange-discard (the batches sent across the keyed exchange
+   too): each a step further along the drift job's path, so that the cost of each step is
+   told apart in one run.
 3. Latency: runs the drift job unbounded, and each second sends one event that moves the
    watermark past a window end; reports the time from that send until the window's verdict
    is readable on the verdicts topic (p50 / p99 / max). It reads the summaries topic when
@@ -70,6 +78,7 @@ from pyflink.table import DataTypes, Schema, TableDescriptor
 
 from anchorwatch import slice as flow
 from anchorwatch.connectors.validation import summary_of
+from anchorwatch.contracts import DOC_TYPE_MAX_CHARS, IDENTIFIER_MAX_CHARS
 from anchorwatch.generator import TrafficConfig, generate
 from anchorwatch.jobs import cluster, drift_job
 from anchorwatch.jobs.settings import JobSettings
@@ -165,6 +174,42 @@ def run_read_discard(settings: JobSettings, jar: Path) -> float:
     started = time.perf_counter()
     t_env.execute_sql(f"INSERT INTO sink SELECT record FROM {RAW}").wait()  # noqa: S608
     return time.perf_counter() - started
+
+
+def floor(mode: str) -> Any:
+    """A floor job of jobs/jvm ReadFloor (``discard``, ``touch`` or ``decode``) over the
+    drift job's input, with the drift job's own DataStream source; returns its runner."""
+
+    def run(settings: JobSettings, jar: Path) -> float:
+        from pyflink.java_gateway import get_gateway
+
+        env, _ = drift_job.create_environment(settings, jar)
+        gateway = get_gateway()
+        properties = gateway.jvm.java.util.HashMap()
+        for key, value in drift_job._kafka(settings).items():
+            properties.put(key.removeprefix("properties."), value)
+        properties.put("auto.offset.reset", "earliest")
+        o = settings.job
+        gateway.jvm.dev.anchorwatch.flink.ReadFloor.build(
+            env._j_stream_execution_environment, settings.topics.drift_input,
+            f"{o.group_id}-floor-{mode}", properties, mode, o.window_size_s * 1000,
+            o.watermark_delay_ms, o.idle_timeout_s * 1000, o.deduplicate,
+            IDENTIFIER_MAX_CHARS, DOC_TYPE_MAX_CHARS)  # fmt: skip
+        started = time.perf_counter()
+        env.execute(f"floor {mode}")
+        return time.perf_counter() - started
+
+    return run
+
+
+#: The floor jobs (`--floors`): name, runner, the source name Attribution splits on.
+FLOORS = [
+    ("read-discard, DataStream", floor("discard"), "floor discard"),
+    ("read-touch-discard", floor("touch"), "floor touch"),
+    ("read-decode-discard", floor("decode"), "floor decode"),
+    ("read-route-discard", floor("route"), "floor route"),
+    ("read-route-exchange-discard", floor("exchange"), "floor exchange"),
+]
 
 
 def run_discard(settings: JobSettings, jar: Path, decoder: str = "scanner") -> float:
@@ -438,6 +483,16 @@ def main() -> None:
                         help="print each run's N hottest methods (top of stack in the task "
                         "threads' CPU samples)")  # fmt: skip
     parser.add_argument(
+        "--floors",
+        action="store_true",
+        help="also run, in the same rounds, the floor jobs over the drift job's own source "
+        "(jobs/jvm ReadFloor), each a step further along the drift job's path: read-discard "
+        "with it, read-touch-discard (every byte of each record loaded once), "
+        "read-decode-discard (decoded as the drift job does), read-route-discard (routed "
+        "into its batches) and read-route-exchange-discard (the batches across the keyed "
+        "exchange)",
+    )
+    parser.add_argument(
         "--rocksdb",
         action="store_true",
         help="also run the drift job with job.state_backend = rocksdb in the same rounds",
@@ -489,6 +544,8 @@ def bench(bootstrap: str, args: Any) -> None:
     ]
     if args.jackson:
         kinds.append(("read-parse-discard, jackson", run_discard_jackson, drift_job.SNAPSHOTS))
+    if args.floors:
+        kinds.extend(FLOORS)
     if args.dedup in ("on", "both"):
         kinds.append(("drift job", run_drift, drift_job.SNAPSHOTS))
     if args.dedup in ("off", "both"):
@@ -559,7 +616,7 @@ def bench(bootstrap: str, args: Any) -> None:
         """What a job's share of CPU samples downstream of its source pays for."""
         if kind.startswith("drift job"):
             return "logic"
-        return "sink" if kind == "read-discard" else "sink and projection"
+        return "sink and projection" if kind.startswith("read-parse") else "sink"
 
     for source in inputs:
         refs = {named(kind, source): kind for kind in ("read-parse-discard", "read-discard")}

@@ -100,14 +100,8 @@ public final class DriftFront {
         if (bounded) {
             source.setBounded(OffsetsInitializer.latest());
         }
-        WatermarkStrategy<SnapshotRecord> watermarks =
-                WatermarkStrategy.<SnapshotRecord>forGenerator(
-                                context -> new DelayedMaxWatermark(watermarkDelayMs))
-                        .withTimestampAssigner(
-                                (record, previous) ->
-                                        record.hasEventTime() ? record.eventTimeMs() : previous)
-                        .withIdleness(Duration.ofMillis(idleTimeoutMs));
-        OutputTag<Row> othersTag = new OutputTag<>("others", rowType(OTHER_COLUMNS, otherTypes()));
+        WatermarkStrategy<SnapshotRecord> watermarks = watermarks(watermarkDelayMs, idleTimeoutMs);
+        OutputTag<Row> othersTag = othersTag();
         SingleOutputStreamOperator<DriftBatch> events =
                 // Per partition, as the snapshots table's declaration had it (pushed into
                 // the source): a partition behind the others holds the watermark back.
@@ -132,6 +126,21 @@ public final class DriftFront {
                                         windowSizeMs, deduplicate, lateReportMs))
                         .uid("anchorwatch-window-figures");
         return new DriftFront(windows, events.getSideOutput(othersTag));
+    }
+
+    /** The snapshots' watermark: {@link DelayedMaxWatermark}, idle after the timeout. */
+    static WatermarkStrategy<SnapshotRecord> watermarks(long watermarkDelayMs, long idleTimeoutMs) {
+        return WatermarkStrategy.<SnapshotRecord>forGenerator(
+                        context -> new DelayedMaxWatermark(watermarkDelayMs))
+                .withTimestampAssigner(
+                        (record, previous) ->
+                                record.hasEventTime() ? record.eventTimeMs() : previous)
+                .withIdleness(Duration.ofMillis(idleTimeoutMs));
+    }
+
+    /** The route's side output: every record that is not a valid on-time event. */
+    static OutputTag<Row> othersTag() {
+        return new OutputTag<>("others", rowType(OTHER_COLUMNS, otherTypes()));
     }
 
     // The connector's own SQL source takes the same deprecated reset strategy.
