@@ -177,24 +177,20 @@ def run_read_discard(settings: JobSettings, jar: Path) -> float:
 
 
 def floor(mode: str) -> Any:
-    """A floor job of jobs/jvm ReadFloor (``discard``, ``touch`` or ``decode``) over the
-    drift job's input, with the drift job's own DataStream source; returns its runner."""
+    """A floor job of jobs/jvm ReadFloor (``discard``, ``touch``, ``decode``, ``route`` or
+    ``exchange``) over the drift job's input, with the drift job's own DataStream source;
+    returns its runner."""
 
     def run(settings: JobSettings, jar: Path) -> float:
         from pyflink.java_gateway import get_gateway
 
         env, _ = drift_job.create_environment(settings, jar)
-        gateway = get_gateway()
-        properties = gateway.jvm.java.util.HashMap()
-        for key, value in drift_job._kafka(settings).items():
-            properties.put(key.removeprefix("properties."), value)
-        properties.put("auto.offset.reset", "earliest")
         o = settings.job
-        gateway.jvm.dev.anchorwatch.flink.ReadFloor.build(
+        get_gateway().jvm.dev.anchorwatch.flink.ReadFloor.build(
             env._j_stream_execution_environment, settings.topics.drift_input,
-            f"{o.group_id}-floor-{mode}", properties, mode, o.window_size_s * 1000,
-            o.watermark_delay_ms, o.idle_timeout_s * 1000, o.deduplicate,
-            IDENTIFIER_MAX_CHARS, DOC_TYPE_MAX_CHARS)  # fmt: skip
+            f"{o.group_id}-floor-{mode}", drift_job.source_properties(settings), mode,
+            o.window_size_s * 1000, o.watermark_delay_ms, o.idle_timeout_s * 1000,
+            o.deduplicate, IDENTIFIER_MAX_CHARS, DOC_TYPE_MAX_CHARS)  # fmt: skip
         started = time.perf_counter()
         env.execute(f"floor {mode}")
         return time.perf_counter() - started

@@ -298,23 +298,30 @@ FIGURES_CLASS = "dev.anchorwatch.flink.WindowFigures"
 OTHERS = "other_snapshots"
 
 
+def source_properties(settings: JobSettings) -> Any:
+    """The Kafka client properties of the job's DataStream source (jobs/jvm DriftFront), as
+    the Java map it takes."""
+    from pyflink.java_gateway import get_gateway
+
+    properties = get_gateway().jvm.java.util.HashMap()
+    for key, value in _kafka(settings).items():
+        properties.put(key.removeprefix("properties."), value)
+    properties.put("auto.offset.reset", "earliest")
+    return properties
+
+
 def _front(t_env: StreamTableEnvironment, settings: JobSettings, *, bounded: bool) -> Any:
     """The job's per-event path (jobs/jvm DriftFront) on ``t_env``'s stream environment."""
     from pyflink.java_gateway import get_gateway
 
-    gateway = get_gateway()
     o, topics = settings.job, settings.topics
-    properties = gateway.jvm.java.util.HashMap()
-    for key, value in _kafka(settings).items():
-        properties.put(key.removeprefix("properties."), value)
-    properties.put("auto.offset.reset", "earliest")
-    return gateway.jvm.dev.anchorwatch.flink.DriftFront.build(
+    return get_gateway().jvm.dev.anchorwatch.flink.DriftFront.build(
         t_env._j_tenv.execEnv(),
         topics.drift_input,
         o.group_id,
         "earliest-offset" if bounded else o.startup_mode,
         bounded,
-        properties,
+        source_properties(settings),
         o.window_size_s * 1000,
         o.watermark_delay_ms,
         o.idle_timeout_s * 1000,

@@ -16,6 +16,7 @@ import org.apache.flink.api.java.typeutils.RowTypeInfo;
 import org.apache.flink.connector.kafka.source.KafkaSource;
 import org.apache.flink.connector.kafka.source.KafkaSourceBuilder;
 import org.apache.flink.connector.kafka.source.enumerator.initializer.OffsetsInitializer;
+import org.apache.flink.connector.kafka.source.reader.deserializer.KafkaRecordDeserializationSchema;
 import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
@@ -88,24 +89,15 @@ public final class DriftFront {
             long lateReportMs,
             int maxIdChars,
             int maxDocTypeChars) {
-        Properties properties = new Properties();
-        properties.putAll(kafkaProperties);
-        KafkaSourceBuilder<SnapshotRecord> source =
-                KafkaSource.<SnapshotRecord>builder()
-                        .setTopics(topic)
-                        .setGroupId(groupId)
-                        .setProperties(properties)
-                        .setStartingOffsets(startingOffsets(startupMode))
-                        .setDeserializer(new SnapshotDeserializer());
-        if (bounded) {
-            source.setBounded(OffsetsInitializer.latest());
-        }
+        KafkaSource<SnapshotRecord> source =
+                source(topic, groupId, startupMode, bounded, kafkaProperties,
+                        new SnapshotDeserializer());
         WatermarkStrategy<SnapshotRecord> watermarks = watermarks(watermarkDelayMs, idleTimeoutMs);
         OutputTag<Row> othersTag = othersTag();
         SingleOutputStreamOperator<DriftBatch> events =
                 // Per partition, as the snapshots table's declaration had it (pushed into
                 // the source): a partition behind the others holds the watermark back.
-                env.fromSource(source.build(), watermarks, "snapshots")
+                env.fromSource(source, watermarks, "snapshots")
                         .uid("anchorwatch-snapshots")
                         .transform(
                                 "route snapshots",
@@ -126,6 +118,34 @@ public final class DriftFront {
                                         windowSizeMs, deduplicate, lateReportMs))
                         .uid("anchorwatch-window-figures");
         return new DriftFront(windows, events.getSideOutput(othersTag));
+    }
+
+    /**
+     * The job's Kafka source over {@code topic}, records decoded by {@code deserializer}.
+     *
+     * @param startupMode earliest-offset, latest-offset or group-offsets (then earliest)
+     * @param bounded stop at the topic's end as it was at the start
+     */
+    static <T> KafkaSource<T> source(
+            String topic,
+            String groupId,
+            String startupMode,
+            boolean bounded,
+            Map<String, String> kafkaProperties,
+            KafkaRecordDeserializationSchema<T> deserializer) {
+        Properties properties = new Properties();
+        properties.putAll(kafkaProperties);
+        KafkaSourceBuilder<T> source =
+                KafkaSource.<T>builder()
+                        .setTopics(topic)
+                        .setGroupId(groupId)
+                        .setProperties(properties)
+                        .setStartingOffsets(startingOffsets(startupMode))
+                        .setDeserializer(deserializer);
+        if (bounded) {
+            source.setBounded(OffsetsInitializer.latest());
+        }
+        return source.build();
     }
 
     /** The snapshots' watermark: {@link DelayedMaxWatermark}, idle after the timeout. */

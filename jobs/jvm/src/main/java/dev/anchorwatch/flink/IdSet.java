@@ -33,7 +33,7 @@ public final class IdSet {
     static IdSet withCapacity(int n) {
         IdSet set = new IdSet();
         int slots = MIN_SLOTS;
-        while (4L * n > 3L * slots) {
+        while (!fits(n, slots)) {
             slots *= 2;
         }
         set.slots = new long[2 * slots];
@@ -50,13 +50,7 @@ public final class IdSet {
 
     /** Adds the id of hash {@code (h1, h2)} ({@link #murmur3x64}); false when it was there. */
     public boolean addHash(long h1, long h2) {
-        if (h1 == 0 && h2 == 0) {
-            h2 = 1;
-        }
-        // Kept at most three quarters full: memory counts more than a few more probes here.
-        if (4 * (size + 1) > 3 * (slots.length / 2)) {
-            grow();
-        }
+        makeRoom(1);
         if (!insert(slots, h1, h2)) {
             return false;
         }
@@ -69,16 +63,13 @@ public final class IdSet {
      * {@code fresh[i - from]} says whether each was new (a later repeat in the run is not).
      *
      * <p>Why a run at a time: a window's table outgrows the CPU caches (16 bytes an id, a
-     * million ids per window are 21 MB), so each insert waits on a cache miss, and one at a
+     * million ids per window are 32 MB), so each insert waits on a cache miss, and one at a
      * time they wait in turn. Here the run's slots are first only read, loads that do not
      * depend on each other, so the CPU has many misses in flight at once; the inserts then
-     * find their lines in cache. The table grows once, up front, for the whole run.
+     * find their lines in cache. The table grows at most once, up front, for the whole run.
      */
     public void addHashes(long[] high, long[] low, int from, int to, boolean[] fresh) {
-        int n = to - from;
-        while (4L * (size + n) > 3L * (slots.length / 2)) {
-            grow();
-        }
+        makeRoom(to - from);
         long[] table = slots;
         int mask = table.length / 2 - 1;
         long touched = 0;
@@ -89,12 +80,7 @@ public final class IdSet {
         warmed += touched;
         int added = 0;
         for (int i = from; i < to; i++) {
-            long h1 = high[i];
-            long h2 = low[i];
-            if (h1 == 0 && h2 == 0) {
-                h2 = 1;
-            }
-            boolean isNew = insert(table, h1, h2);
+            boolean isNew = insert(table, high[i], low[i]);
             fresh[i - from] = isNew;
             if (isNew) {
                 added++;
@@ -109,7 +95,26 @@ public final class IdSet {
      */
     private static long warmed;
 
+    /**
+     * Whether {@code ids} ids fit {@code slotCount} slots: kept at most three quarters full
+     * (memory counts more than a few more probes here).
+     */
+    private static boolean fits(long ids, int slotCount) {
+        return 4L * ids <= 3L * slotCount;
+    }
+
+    /** Grows the table until {@code more} more ids would fit. */
+    private void makeRoom(int more) {
+        while (!fits((long) size + more, slots.length / 2)) {
+            grow();
+        }
+    }
+
+    /** Puts the hash in the table unless it is there; a hash of two zeros goes in nudged. */
     private static boolean insert(long[] table, long h1, long h2) {
+        if (h1 == 0 && h2 == 0) {
+            h2 = 1;
+        }
         int mask = table.length / 2 - 1;
         int slot = (int) h1 & mask;
         while (true) {

@@ -1,7 +1,6 @@
 package dev.anchorwatch.flink;
 
 import java.util.Map;
-import java.util.Properties;
 
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.serialization.DeserializationSchema;
@@ -9,7 +8,6 @@ import org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.connector.kafka.source.KafkaSource;
-import org.apache.flink.connector.kafka.source.enumerator.initializer.OffsetsInitializer;
 import org.apache.flink.connector.kafka.source.reader.deserializer.KafkaRecordDeserializationSchema;
 import org.apache.flink.kafka.shaded.org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator;
@@ -41,6 +39,13 @@ public final class ReadFloor {
 
     private ReadFloor() {}
 
+    /** The drift job's source over the whole topic as it is now, from the earliest offset. */
+    private static <T> KafkaSource<T> source(String topic, String groupId,
+            Map<String, String> kafkaProperties, KafkaRecordDeserializationSchema<T> deserializer) {
+        return DriftFront.source(topic, groupId, "earliest-offset", true, kafkaProperties,
+                deserializer);
+    }
+
     /**
      * Adds the floor job {@code mode} over {@code topic} to {@code env}; the arguments after
      * it are the drift job's ({@link DriftFront#build}), for {@code route} and {@code
@@ -58,10 +63,8 @@ public final class ReadFloor {
             boolean deduplicate,
             int maxIdChars,
             int maxDocTypeChars) {
-        Properties properties = new Properties();
-        properties.putAll(kafkaProperties);
         if (mode.equals("decode")) {
-            env.fromSource(source(topic, groupId, properties, new SnapshotDeserializer()),
+            env.fromSource(source(topic, groupId, kafkaProperties, new SnapshotDeserializer()),
                             WatermarkStrategy.noWatermarks(), "floor " + mode)
                     .sinkTo(new DiscardingSink<>());
             return;
@@ -69,7 +72,7 @@ public final class ReadFloor {
         if (mode.equals("route") || mode.equals("exchange")) {
             SingleOutputStreamOperator<DriftBatch> batches =
                     env.fromSource(
-                                    source(topic, groupId, properties,
+                                    source(topic, groupId, kafkaProperties,
                                             new SnapshotDeserializer()),
                                     DriftFront.watermarks(watermarkDelayMs, idleTimeoutMs),
                                     "floor " + mode)
@@ -86,21 +89,9 @@ public final class ReadFloor {
         if (!mode.equals("discard") && !mode.equals("touch")) {
             throw new IllegalArgumentException("unknown floor: " + mode);
         }
-        env.fromSource(source(topic, groupId, properties, new Values(mode.equals("touch"))),
+        env.fromSource(source(topic, groupId, kafkaProperties, new Values(mode.equals("touch"))),
                         WatermarkStrategy.noWatermarks(), "floor " + mode)
                 .sinkTo(new DiscardingSink<>());
-    }
-
-    private static <T> KafkaSource<T> source(String topic, String groupId, Properties properties,
-            KafkaRecordDeserializationSchema<T> deserializer) {
-        return KafkaSource.<T>builder()
-                .setTopics(topic)
-                .setGroupId(groupId)
-                .setProperties(properties)
-                .setStartingOffsets(OffsetsInitializer.earliest())
-                .setBounded(OffsetsInitializer.latest())
-                .setDeserializer(deserializer)
-                .build();
     }
 
     /** Each record's value, its bytes loaded first when {@code touch}. */
