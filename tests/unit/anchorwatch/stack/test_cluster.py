@@ -158,13 +158,24 @@ def test_a_worker_orphaned_by_a_killed_taskmanager_is_found_and_stopped(tmp_path
         stop_pids([worker], grace_s=1)
 
 
+def _execed(proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+    """``proc`` once its new program's environment is readable. Popen returns when the
+    child's close-on-exec pipe closes, which the kernel does before it sets up the new
+    environment: /proc/<pid>/environ can read empty for a moment after."""
+    deadline = time.monotonic() + 10
+    while not Path(f"/proc/{proc.pid}/environ").read_bytes():
+        assert time.monotonic() < deadline, "the process never finished its exec"
+        time.sleep(0.01)
+    return proc
+
+
 def test_stale_python_dists_go_and_used_ones_stay(tmp_path: Path) -> None:
     cluster = FlinkCluster(tmp_path, "127.0.0.1", 18081, 16123, 1, "1024m", "1536m")
     used, stale = cluster.tmp_dir / "python-dist-used", cluster.tmp_dir / "python-dist-stale"
     for d in (used, stale):
         d.mkdir(parents=True)
     env = {**os.environ, "FLINK_CONF_DIR": str(cluster.conf_dir)}
-    worker = subprocess.Popen(["sleep", "600"], cwd=used, env=env)
+    worker = _execed(subprocess.Popen(["sleep", "600"], cwd=used, env=env))
     try:
         assert cluster.remove_stale_python_dists(min_age_s=0) == [stale]
         assert used.exists()
@@ -176,7 +187,7 @@ def test_stale_python_dists_go_and_used_ones_stay(tmp_path: Path) -> None:
 def test_processes_are_found_by_environment_and_stopped_with_their_start_time() -> None:
     marker = f"aw-test-{time.time_ns()}"
     env = {**os.environ, "AW_TEST_MARKER": marker}
-    procs = [subprocess.Popen(["sleep", "600"], env=env) for _ in range(2)]
+    procs = [_execed(subprocess.Popen(["sleep", "600"], env=env)) for _ in range(2)]
     ignores_term = subprocess.Popen(
         [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
          "signal.SIG_IGN); print(flush=True); time.sleep(600)"],
