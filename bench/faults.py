@@ -61,7 +61,7 @@ from anchorwatch.jobs import cluster
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.journey import Journey, JourneyOptions, JourneyReport, Services
 from anchorwatch.kafkaio import read_topic
-from anchorwatch.stack.processes import free_port, free_port_block
+from anchorwatch.stack.processes import free_port_block
 from anchorwatch.stack.stack import Stack, StackSettings
 from bench.fault_plan import (
     FAULTS,
@@ -374,10 +374,12 @@ def campaign_stack(
     own = state_dir is None
     root = Path(tempfile.mkdtemp(prefix="anchorwatch-faults-")) if own else state_dir
     assert root is not None
-    base = free_port_block(2 * brokers)
+    # One block for all: ports drawn one by one could land inside the brokers' block.
+    base = free_port_block(2 * brokers + 2)
     stack = Stack(StackSettings.load(None, stack={
         "state_dir": root, "kafka_port": base, "controller_port": base + 1,
-        "flink_rest_port": free_port(), "flink_rpc_port": free_port(), "brokers": brokers,
+        "flink_rest_port": base + 2 * brokers, "flink_rpc_port": base + 2 * brokers + 1,
+        "brokers": brokers,
         "flink_taskmanagers": taskmanagers}))  # fmt: skip
     try:
         stack.up(with_flink=True)

@@ -33,6 +33,7 @@ from confluent_kafka.admin import AdminClient
 from anchorwatch.stack.jvm import JvmArtifacts
 from anchorwatch.stack.processes import (
     StackError,
+    exit_status,
     is_alive,
     read_pid,
     runs,
@@ -235,8 +236,8 @@ class KafkaBroker:
         def answers() -> bool:
             if not runs(pid):
                 raise StackError(
-                    f"Kafka exited during start; last lines of {self.log_file}:\n"
-                    f"{tail(self.log_file)}"
+                    f"Kafka ({self.name}) exited during start ({exit_status(pid)}); last lines "
+                    f"of {self.log_file}:\n{tail(self.log_file)}\n{self._errors()}"
                 )
             try:
                 metadata = admin.list_topics(timeout=2)
@@ -249,6 +250,22 @@ class KafkaBroker:
                 f"Kafka did not answer on {self.bootstrap} within {timeout_s:.0f}s; "
                 f"see {self.log_file}:\n{tail(self.log_file)}"
             )
+
+    def _errors(self) -> str:
+        """The last errors of the node's own log, where Kafka writes why it stopped (its
+        stdout holds the JVM's and log4j's own messages only)."""
+        server_log = self.log_file.parent / "server.log"
+        try:
+            lines = server_log.read_text(errors="replace").splitlines()
+        except OSError:
+            return f"(no log at {server_log})"
+        # An error's cause ("Caused by: java.net.BindException: ...") is in its stack trace.
+        errors = [
+            line
+            for line in lines
+            if " ERROR " in line or " FATAL " in line or line.startswith("Caused by:")
+        ]
+        return f"last errors in {server_log}:\n" + "\n".join(errors[-8:] or ["(none)"])
 
     def stop(self) -> bool:
         """Stop the broker if we started it; True if something was running."""

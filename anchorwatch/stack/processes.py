@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -38,19 +39,58 @@ def require_free_ports(host: str, ports: Mapping[str, int]) -> None:
         )
 
 
+#: The lowest port a test stack takes; below it sit the well-known and registered services.
+_LOWEST_PRIVATE_PORT = 10000
+
+
+#: Ports handed out by this process: nothing holds a port between its choice and its
+#: server's bind, so two draws for one stack must not return the same one.
+_handed_out: set[int] = set()
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range for the local port of outgoing connections (both ends included)."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return low, high
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free now (for tests that need a private stack)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port that is free now, for tests and benchmarks that need a private stack (see
+    ``free_port_block``)."""
+    return free_port_block(1, host)
 
 
 def free_port_block(count: int, host: str = "127.0.0.1") -> int:
     """The first of ``count`` consecutive ports that are free now (a cluster's nodes take
-    consecutive ports from the configured ones)."""
+    consecutive ports from the configured ones).
+
+    Drawn outside the kernel's ephemeral range: a port the OS hands out for ``bind(0)`` may
+    be taken, between this choice and the server's own bind, as the local port of any
+    outgoing connection on the machine; outside that range only a listener takes it."""
+    low, high = _ephemeral_ports()
+    spans = [
+        (start, end - count + 1)
+        for start, end in ((_LOWEST_PRIVATE_PORT, low - 1), (high + 1, 65535))
+        if end - start + 1 >= max(count, 1000)
+    ]
     for _ in range(200):
-        base = free_port(host)
-        if base + count <= 65535 and not any(port_in_use(host, base + i) for i in range(count)):
+        if spans:
+            start, last = random.choice(spans)
+            base = random.randint(start, last)
+        else:  # the ephemeral range covers nearly every port: the OS's pick is all there is
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind((host, 0))
+                base = int(sock.getsockname()[1])
+            if base + count > 65536:
+                continue
+        block = range(base, base + count)
+        if _handed_out.isdisjoint(block) and not any(port_in_use(host, p) for p in block):
+            if len(_handed_out) > 4096:  # forget them all: their servers are long up or gone
+                _handed_out.clear()
+            _handed_out.update(block)
             return base
     raise StackError(f"no {count} consecutive free ports on {host}")
 
@@ -89,6 +129,28 @@ def runs(pid: int) -> bool:
     except PermissionError:
         pass
     return _proc_state(pid) not in ("Z", "X")
+
+
+def exit_status(pid: int, *, timeout_s: float = 5.0) -> str:
+    """How a child of this process that has exited ended ("exit status 1", "killed by
+    SIGTERM"), reaping it; "exited" when that is no longer known (already reaped)."""
+    # A multi-threaded process reads as a zombie while its other threads still exit, and
+    # cannot be reaped until they have.
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            reaped, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return "exited"
+        if reaped:
+            break
+        if time.monotonic() > deadline:
+            return "still running"
+        time.sleep(0.05)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit status {code}"
 
 
 def _proc_state(pid: int) -> str:

@@ -26,7 +26,6 @@ from anchorwatch.stack.flink import TASKMANAGER_CLASS
 from anchorwatch.stack.kafka import MAIN_CLASS
 from anchorwatch.stack.processes import (
     cmdline,
-    free_port,
     free_port_block,
     is_alive,
     parent_pids,
@@ -42,10 +41,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _stack(state: Path, **options: object) -> Stack:
-    base = free_port_block(6)
+    # One block for all: ports drawn one by one could land inside the brokers' block.
+    base = free_port_block(8)
     return Stack(StackSettings.load(stack={
         "state_dir": state, "kafka_port": base, "controller_port": base + 1,
-        "flink_rest_port": free_port(), "flink_rpc_port": free_port(), **options}))  # fmt: skip
+        "flink_rest_port": base + 6, "flink_rpc_port": base + 7, **options}))  # fmt: skip
 
 
 @pytest.fixture

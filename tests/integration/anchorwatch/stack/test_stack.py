@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import zipfile
 from pathlib import Path
 
@@ -130,3 +131,23 @@ def test_a_cluster_id_that_starts_with_a_dash_formats_and_starts(
         assert "cluster.id=-XjKJ2_PQmuCvHEpESUk5A" in meta.splitlines()
     finally:
         broker.stop()
+
+
+def test_a_node_that_exits_during_start_says_how_and_why(stack: Stack, tmp_path: Path) -> None:
+    """Kafka writes why it stopped to its own log, not to its stdout: the error quotes that
+    log's errors and the process's exit status."""
+    artifacts, _ = fetch(stack.settings.jvm.cache_dir)
+    with socket.socket() as holder:
+        port = free_port()
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        broker = KafkaBroker(tmp_path, "127.0.0.1", port, free_port(), "256m", 1)
+        pid = broker.launch(artifacts)
+        try:
+            with pytest.raises(StackError) as raised:
+                broker.wait_ready(pid, timeout_s=60)
+        finally:
+            broker.stop()
+    message = str(raised.value)
+    assert "Kafka (kafka) exited during start (exit status 1)" in message, message
+    assert "Address already in use" in message, message

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import base64
+import os
+import random
+import signal
 import socket
 import subprocess
 import time
@@ -11,9 +14,20 @@ import pytest
 
 from anchorwatch.settings import TopicSettings
 from anchorwatch.stack import kafka as kafka_module
+from anchorwatch.stack import processes
 from anchorwatch.stack.flink import FlinkCluster
 from anchorwatch.stack.kafka import KafkaBroker
-from anchorwatch.stack.processes import StackError, free_port, is_alive, require_free_ports, runs
+from anchorwatch.stack.processes import (
+    StackError,
+    exit_status,
+    free_port,
+    free_port_block,
+    is_alive,
+    port_in_use,
+    require_free_ports,
+    runs,
+    start_daemon,
+)
 from anchorwatch.stack.topics import topic_specs
 
 
@@ -88,3 +102,52 @@ def test_a_new_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPat
     cluster_id = kafka_module.new_cluster_id()
     assert cluster_id == base64.urlsafe_b64encode(b"\x07" * 16).decode().rstrip("=")
     assert len(cluster_id) == 22
+
+
+def test_free_ports_lie_outside_the_range_outgoing_connections_take_theirs_from() -> None:
+    low, high = processes._ephemeral_ports()
+    for count in (1, 8):
+        for _ in range(20):
+            base = free_port_block(count)
+            block = range(base, base + count)
+            assert all(not low <= port <= high for port in block), (base, low, high)
+            assert not any(port_in_use("127.0.0.1", port) for port in block)
+
+
+def test_a_busy_port_inside_a_block_is_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        busy = holder.getsockname()[1]
+        # The first two draws give blocks holding the busy port; later ones are past it.
+        draws = iter([busy - 1, busy, *range(busy + 1, busy + 100)])
+        monkeypatch.setattr(random, "randint", lambda _a, _b: next(draws))
+        monkeypatch.setattr(processes, "_ephemeral_ports", lambda: (busy + 5000, busy + 6000))
+        monkeypatch.setattr(processes, "_LOWEST_PRIVATE_PORT", busy - 3000)
+        assert free_port_block(2) > busy
+
+
+def test_exit_status_says_how_a_started_daemon_ended(tmp_path: Path) -> None:
+    exited = start_daemon(["sh", "-c", "exit 3"], log_file=tmp_path / "a.log",
+                          pid_file=tmp_path / "a.pid")  # fmt: skip
+    killed = start_daemon(["sleep", "30"], log_file=tmp_path / "b.log", pid_file=tmp_path / "b.pid")
+    assert exit_status(killed, timeout_s=0.2) == "still running"
+    os.kill(killed, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while (runs(exited) or runs(killed)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert exit_status(exited) == "exit status 3"
+    assert exit_status(killed) == "killed by SIGTERM"
+    assert exit_status(killed) == "exited"  # reaped now: nothing more is known
+
+
+def test_a_port_is_handed_out_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nothing holds a port between its choice and its server's bind: a second draw of the
+    # same port (still free) must give another.
+    first = free_port()
+    draws = iter([first, first + 1])
+    monkeypatch.setattr(random, "randint", lambda _a, _b: next(draws))
+    monkeypatch.setattr(random, "choice", lambda spans: spans[0])
+    monkeypatch.setattr(processes, "_ephemeral_ports", lambda: (first + 5000, first + 6000))
+    monkeypatch.setattr(processes, "_LOWEST_PRIVATE_PORT", max(first - 3000, 1024))
+    assert free_port() == first + 1
