@@ -30,7 +30,6 @@ import json
 import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -53,6 +52,7 @@ from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.fitting import baseline_at, fit_baselines
 from anchorwatch.policy.window import judge_window
 from anchorwatch.slice import reference_windows
+from anchorwatch.stack.processes import free_port
 from tools import deploy_checks as dc
 
 MINUTE_MS = 60_000
@@ -292,13 +292,6 @@ def traffic_series(live_minutes: int, history_minutes: int, seed: int) -> tuple[
 
 
 # --------------------------------------------------------------------------- Prometheus
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def need(tool: str) -> str:
