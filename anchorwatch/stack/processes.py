@@ -58,8 +58,8 @@ def _ephemeral_ports() -> tuple[int, int]:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that is free now, for tests and benchmarks that need a private stack (see
-    ``free_port_block``)."""
+    """A port that is free now, for a server of a private stack (tests, benchmarks, the
+    demo when its preferred port is taken); see ``free_port_block``."""
     return free_port_block(1, host)
 
 
