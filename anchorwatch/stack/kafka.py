@@ -248,7 +248,7 @@ class KafkaBroker:
         if not wait_until(answers, timeout_s=timeout_s, interval_s=0.3):
             raise StackError(
                 f"Kafka did not answer on {self.bootstrap} within {timeout_s:.0f}s; "
-                f"see {self.log_file}:\n{tail(self.log_file)}"
+                f"see {self.log_file}:\n{tail(self.log_file)}\n{self._errors()}"
             )
 
     def _errors(self) -> str:

@@ -12,8 +12,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from anchorwatch.stack.flink import JOBMANAGER_CLASS, TASKMANAGER_CLASS
 from anchorwatch.stack.jvm import fetch
-from anchorwatch.stack.kafka import KafkaBroker
-from anchorwatch.stack.processes import StackError, free_port, is_alive
+from anchorwatch.stack.kafka import MAIN_CLASS, KafkaBroker, KafkaCluster, new_cluster_id
+from anchorwatch.stack.processes import StackError, free_port, free_port_block, is_alive
 from anchorwatch.stack.stack import Stack, StackSettings
 
 pytestmark = pytest.mark.integration
@@ -151,3 +151,20 @@ def test_a_node_that_exits_during_start_says_how_and_why(stack: Stack, tmp_path:
     message = str(raised.value)
     assert "Kafka (kafka) exited during start (exit status 1)" in message, message
     assert "Address already in use" in message, message
+
+
+def test_a_node_that_never_answers_says_so_and_quotes_its_log(stack: Stack, tmp_path: Path) -> None:
+    """One node of a three-node quorum started alone runs but never becomes a broker."""
+    artifacts, _ = fetch(stack.settings.jvm.cache_dir)
+    base = free_port_block(6)
+    lone = KafkaCluster(tmp_path, "127.0.0.1", base, base + 1, "256m", 1, size=3).node(1)
+    pid = lone.launch(artifacts, new_cluster_id())
+    try:
+        with pytest.raises(StackError) as raised:
+            lone.wait_ready(pid, timeout_s=10)
+        assert is_alive(pid, MAIN_CLASS)
+    finally:
+        lone.stop()
+    message = str(raised.value)
+    assert f"Kafka did not answer on {lone.bootstrap} within 10s" in message, message
+    assert f"last errors in {lone.log_file.parent / 'server.log'}:" in message, message
