@@ -176,7 +176,7 @@ def run_read_discard(settings: JobSettings, jar: Path) -> float:
     return time.perf_counter() - started
 
 
-def floor(mode: str) -> Any:
+def floor(mode: str) -> Callable[[JobSettings, Path], float]:
     """A floor job of jobs/jvm ReadFloor (``discard``, ``touch``, ``decode``, ``route`` or
     ``exchange``) over the drift job's input, with the drift job's own DataStream source;
     returns its runner."""

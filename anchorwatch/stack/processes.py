@@ -134,20 +134,21 @@ def runs(pid: int) -> bool:
 def exit_status(pid: int, *, timeout_s: float = 5.0) -> str:
     """How a child of this process that has exited ended ("exit status 1", "killed by
     SIGTERM"), reaping it; "exited" when that is no longer known (already reaped)."""
+    statuses: list[int] = []
+
+    def reaped() -> bool:
+        found, status = os.waitpid(pid, os.WNOHANG)
+        statuses.append(status)
+        return found != 0
+
     # A multi-threaded process reads as a zombie while its other threads still exit, and
     # cannot be reaped until they have.
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            reaped, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return "exited"
-        if reaped:
-            break
-        if time.monotonic() > deadline:
+    try:
+        if not wait_until(reaped, timeout_s=timeout_s, interval_s=0.05):
             return "still running"
-        time.sleep(0.05)
-    code = os.waitstatus_to_exitcode(status)
+    except ChildProcessError:
+        return "exited"
+    code = os.waitstatus_to_exitcode(statuses[-1])
     if code < 0:
         return f"killed by {signal.Signals(-code).name}"
     return f"exit status {code}"

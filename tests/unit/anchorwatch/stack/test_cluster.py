@@ -162,10 +162,8 @@ def _execed(proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
     """``proc`` once its new program's environment is readable. Popen returns when the
     child's close-on-exec pipe closes, which the kernel does before it sets up the new
     environment: /proc/<pid>/environ can read empty for a moment after."""
-    deadline = time.monotonic() + 10
-    while not Path(f"/proc/{proc.pid}/environ").read_bytes():
-        assert time.monotonic() < deadline, "the process never finished its exec"
-        time.sleep(0.01)
+    environ = Path(f"/proc/{proc.pid}/environ")
+    assert wait_until(lambda: bool(environ.read_bytes()), timeout_s=10, interval_s=0.01)
     return proc
 
 

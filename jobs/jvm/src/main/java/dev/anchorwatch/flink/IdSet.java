@@ -60,7 +60,8 @@ public final class IdSet {
 
     /**
      * Adds the ids of hashes {@code (high[i], low[i])} for i in [from, to), in that order;
-     * {@code fresh[i - from]} says whether each was new (a later repeat in the run is not).
+     * {@code fresh[i - from]} says whether each was new (a later repeat in the run is not);
+     * returns how many were.
      *
      * <p>Why a run at a time: a window's table outgrows the CPU caches (16 bytes an id, a
      * million ids per window are 32 MB), so each insert waits on a cache miss, and one at a
@@ -68,7 +69,7 @@ public final class IdSet {
      * depend on each other, so the CPU has many misses in flight at once; the inserts then
      * find their lines in cache. The table grows at most once, up front, for the whole run.
      */
-    public void addHashes(long[] high, long[] low, int from, int to, boolean[] fresh) {
+    public int addHashes(long[] high, long[] low, int from, int to, boolean[] fresh) {
         makeRoom(to - from);
         long[] table = slots;
         int mask = table.length / 2 - 1;
@@ -87,6 +88,7 @@ public final class IdSet {
             }
         }
         size += added;
+        return added;
     }
 
     /**

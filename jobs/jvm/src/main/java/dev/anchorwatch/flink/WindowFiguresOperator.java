@@ -139,17 +139,10 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
 
     /** Events [from, to) of the batch, whose window has fired: tallied late, each id once. */
     private void tallyLate(String docType, DriftBatch b, int from, int to) {
-        long count = to - from;
-        if (deduplicate) {
-            late.computeIfAbsent(docType, k -> new IdSet()).addHashes(b.idHigh, b.idLow, from,
-                    to, fresh);
-            count = 0;
-            for (int k = 0; k < to - from; k++) {
-                if (fresh[k]) {
-                    count++;
-                }
-            }
-        }
+        long count = deduplicate
+                ? late.computeIfAbsent(docType, k -> new IdSet())
+                        .addHashes(b.idHigh, b.idLow, from, to, fresh)
+                : to - from;
         if (count > 0) {
             lateCounts.merge(docType, count, Long::sum);
         }
