@@ -133,7 +133,16 @@ def runs(pid: int) -> bool:
 
 def exit_status(pid: int, *, timeout_s: float = 5.0) -> str:
     """How a child of this process that has exited ended ("exit status 1", "killed by
-    SIGTERM"), reaping it; "exited" when that is no longer known (already reaped)."""
+    SIGTERM"), reaping it; "exited" when that is no longer known (already reported, or not
+    started by ``start_daemon`` and reaped elsewhere)."""
+    child = _children.get(pid)
+    if child is not None:
+        try:
+            code = child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return "still running"
+        del _children[pid]  # reported once; the pid may now be recycled
+        return _describe(code)
     statuses: list[int] = []
 
     def reaped() -> bool:
@@ -148,7 +157,10 @@ def exit_status(pid: int, *, timeout_s: float = 5.0) -> str:
             return "still running"
     except ChildProcessError:
         return "exited"
-    code = os.waitstatus_to_exitcode(statuses[-1])
+    return _describe(os.waitstatus_to_exitcode(statuses[-1]))
+
+
+def _describe(code: int) -> str:
     if code < 0:
         return f"killed by {signal.Signals(-code).name}"
     return f"exit status {code}"
@@ -169,6 +181,12 @@ def read_pid(path: Path) -> int | None:
         return None
 
 
+#: The daemons ``start_daemon`` started, by pid, until ``exit_status`` reports how they
+#: ended. A dropped ``Popen`` would be reaped by the subprocess module itself at the next
+#: ``Popen`` call (its ``_cleanup``), and its exit status lost before anyone asked for it.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
 def start_daemon(
     argv: Sequence[str], *, log_file: Path, pid_file: Path, env: Mapping[str, str] | None = None
 ) -> int:
@@ -184,6 +202,10 @@ def start_daemon(
             start_new_session=True,
             env=dict(env) if env is not None else None,
         )
+    # Reap the ones that have exited (each Popen keeps its status) so no zombie piles up.
+    for child in _children.values():
+        child.poll()
+    _children[proc.pid] = proc
     pid_file.parent.mkdir(parents=True, exist_ok=True)
     pid_file.write_text(f"{proc.pid}\n")
     return proc.pid
