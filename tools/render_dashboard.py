@@ -49,8 +49,8 @@ if __package__ in (None, ""):  # run as a script: make `tools` importable
 from anchorwatch.contracts import WindowAggregate
 from anchorwatch.generator import TrafficConfig, generate
 from anchorwatch.policy.config import PolicyConfig
-from anchorwatch.policy.fitting import baseline_at, fit_baselines
-from anchorwatch.policy.window import judge_window
+from anchorwatch.policy.fitting import fit_baselines
+from anchorwatch.policy.window import baseline_at, judge_window
 from anchorwatch.slice import reference_windows
 from anchorwatch.stack.processes import free_port
 from tools import deploy_checks as dc

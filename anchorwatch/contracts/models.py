@@ -272,6 +272,28 @@ class Baseline(_Contract):
         "highest window mean plus the margin, at least critical_threshold): it opens a "
         "critical incident on its own. Absent: one window never does.",
     )
+    spike_record: list[NonNegative] | None = Field(
+        default=None,
+        max_length=8,
+        description="The type's ordinary spikes: item k-1 is how far above the center the "
+        "history stayed for k windows in a row at most, read past a short history at the "
+        "page budget's rate. An excursion of k windows no higher is not paged. Absent: no "
+        "spike is ordinary.",
+    )
+    page_budget: NonNegative | None = Field(
+        default=None, description="Pages per week the fit allowed the history's replay."
+    )
+    replayed_pages_per_week: NonNegative | None = Field(
+        default=None,
+        description="Pages per week the history's replay raised against these thresholds, "
+        "outside the sustained excursions the fit left out.",
+    )
+    threshold_basis: str | None = Field(
+        default=None,
+        max_length=200,
+        description="How the threshold was chosen (the spread, or raised to keep the "
+        "replay within the page budget).",
+    )
 
     @model_validator(mode="after")
     def _history_ordered(self) -> Baseline:

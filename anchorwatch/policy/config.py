@@ -120,6 +120,20 @@ class RuleConfig(Section):
         description="Pool evidence across windows (CUSUM) so sparse types are judged too; "
         "baseline rules only.",
     )
+    storm_after: int = Field(
+        3,
+        ge=0,
+        le=1000,
+        description="A type that pages this many times within a day is noisy: that page "
+        "opens one incident that says so and stays open (further excursions are counted, "
+        "not paged) until storm_quiet windows pass without a breach. 0: never.",
+    )
+    storm_quiet: int = Field(
+        120,
+        ge=1,
+        le=100_000,
+        description="Windows without a breach that resolve a noisy type's incident.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -233,6 +247,16 @@ class PolicyConfig(Section):
         "window means implies for a normal tail (isolated spikes included, sustained "
         "excursions excluded): heavy-tailed, skewed or flat-with-spikes types get wider "
         "thresholds, never a spread of zero.",
+    )
+    page_budget: float = Field(
+        1.0,
+        gt=0.0,
+        le=1000.0,
+        description="Pages per type per week its own history may raise: the fit replays the "
+        "whole history (ordinary highs included) through the policy and raises the "
+        "type's thresholds until the replay pages at most this often outside the sustained "
+        "excursions it leaves out; its spike record is read past a short history at this "
+        "rate (peaks over threshold).",
     )
     # ---- pooling: evidence from windows too small to judge alone
     pooling_shift: float = Field(

@@ -42,12 +42,17 @@ from typing import Any
 
 from anchorwatch.contracts import Baseline, WindowAggregate
 from anchorwatch.policy.config import PolicyConfig
-from anchorwatch.policy.window import HOUR_MS, hour_of_day
-from anchorwatch.policy.window import MIN_SPREAD as MIN_SPREAD  # re-exported
-from anchorwatch.policy.window import baseline_at as baseline_at  # the old import path
-from anchorwatch.policy.window import spread_at as spread_at  # re-exported
+from anchorwatch.policy.incidents import IncidentTracker
+from anchorwatch.policy.tail import SPIKE_WINDOWS, spike_record
+from anchorwatch.policy.window import (
+    DAY_MS,
+    HOUR_MS,
+    MIN_SPREAD,
+    baseline_at,
+    hour_of_day,
+    seasonal_center,
+)
 
-DAY_MS = 24 * HOUR_MS
 #: Scales a median absolute deviation to a normal standard deviation.
 MAD_TO_SIGMA = 1.4826
 
@@ -96,13 +101,13 @@ def fit_baseline(
 ) -> FitResult:
     """Fit one type from its windows (any order; windows without requests are ignored).
 
-    Twice, when the history holds incidents: the policy itself, run over the history with
-    the first fit, finds the excursions it would have raised, and the type is fitted again
-    without their windows. Median and MAD shrug incidents off, but neighbouring windows
-    inside one do not look independent: on a sparse type a few short incidents read as a
-    lag-1 autocorrelation of 0.2-0.35, which discounts the pooled evidence live and hides
-    the next incident. As with a refit (windows inside open incidents are left out), the
-    excursions are dropped only while they are under half the history."""
+    Twice, when the history holds sustained excursions (``excursions``: ``EXCURSION_WINDOWS``
+    windows or more above the first fit's threshold): the type is fitted again without
+    them, while they are under half the history. Median and MAD shrug incidents off, but
+    neighbouring windows inside one do not look independent: on a sparse type a few short
+    incidents read as a lag-1 autocorrelation of 0.2-0.35, which discounts the pooled
+    evidence live and hides the next incident. Short highs stay in: they are the type's
+    ordinary spikes, and its spike record and page budget are read on them (``_budgeted``)."""
     kw = {
         "fitted_at_ms": fitted_at_ms,
         "history_start_ms": history_start_ms,
@@ -112,34 +117,168 @@ def fit_baseline(
     first = _fit_once(doc_type, ws, policy, **kw)
     if first.baseline.status != "fitted":
         return first
-    spans = excursions(doc_type, ws, first.baseline, policy)
+    spans = excursions(ws, first.baseline)
     kept = [w for w in ws if not any(a <= w.window_start_ms < b for a, b in spans)]
     if not spans or 2 * len(kept) < len(ws):
-        return first
+        return _budgeted(ws, ws, [], first, policy)
     second = _fit_once(doc_type, kept, policy, **kw)
     note = (
-        f"{len(ws) - len(kept)} windows inside {len(spans)} excursion(s) the policy finds in "
-        "the history left out of the fit"
+        f"{len(ws) - len(kept)} windows inside {len(spans)} sustained excursion(s) of the "
+        "history left out of the fit"
     )
-    return FitResult(second.baseline, (*second.notes, note))
+    return _budgeted(ws, kept, spans, FitResult(second.baseline, (*second.notes, note)), policy)
 
 
-def excursions(
-    doc_type: str, ws: Sequence[WindowAggregate], baseline: Baseline, policy: PolicyConfig
-) -> list[tuple[int, int]]:
-    """[start, end) of every incident the policy raises on ``ws`` (in time order) against
-    ``baseline``: from its first breaching window to its resolution (or the history's
-    end)."""
-    # Imported here: the tracker judges against baselines this module fits.
-    from anchorwatch.policy.incidents import IncidentTracker, final_incidents
+#: Windows above the threshold (gaps of up to ``EXCURSION_GAP`` empty slots allowed) that
+#: make an excursion the fit leaves out: longer than any spike an ordinary type shows.
+EXCURSION_WINDOWS = 5
+EXCURSION_GAP = 2
 
+
+def excursions(ws: Sequence[WindowAggregate], baseline: Baseline) -> list[tuple[int, int]]:
+    """[start, end) of every sustained excursion of ``ws`` (in time order) above
+    ``baseline``: ``EXCURSION_WINDOWS`` or more windows above center + half the margin (the
+    recovery level), one window back below it allowed, until two in a row are back (or the
+    history ends). Read off the series alone, so the fit does not depend on the incident
+    rules' replay (their pooling, hysteresis and re-opening)."""
+    spans: list[tuple[int, int]] = []
+    run_start: int | None = None
+    above = below = 0
+    last_ms: int | None = None
+    size = ws[0].window_end_ms - ws[0].window_start_ms if ws else 60_000
+
+    def close(end_ms: int) -> None:
+        nonlocal run_start, above, below
+        if run_start is not None and above >= EXCURSION_WINDOWS:
+            spans.append((run_start, end_ms))
+        run_start, above, below = None, 0, 0
+
+    for w in ws:
+        now = baseline_at(baseline, w.window_start_ms)
+        if last_ms is not None and w.window_start_ms - last_ms > (EXCURSION_GAP + 1) * size:
+            close(last_ms + size)
+        last_ms = w.window_start_ms
+        if w.mean_drift > now.center + 0.5 * (now.threshold - now.center):
+            run_start = w.window_start_ms if run_start is None else run_start
+            above, below = above + 1, 0
+        elif run_start is not None:
+            below += 1
+            if below >= 2:
+                close(w.window_start_ms)
+    if ws:
+        close(ws[-1].window_end_ms)
+    return spans
+
+
+#: How far each replay that pages beyond the budget widens the margins, and how often.
+BUDGET_STEP = 1.25
+BUDGET_STEPS = 4
+WEEK_MS = 7 * DAY_MS
+
+
+def _budgeted(
+    ws: Sequence[WindowAggregate],
+    kept: Sequence[WindowAggregate],
+    spans: Sequence[tuple[int, int]],
+    fitted: FitResult,
+    policy: PolicyConfig,
+) -> FitResult:
+    """The fitted baseline with its spike record, and its thresholds raised until the
+    history's replay keeps the page budget.
+
+    The record (``tail.spike_record``) is read on the windows the fit kept, conclusive ones
+    only, at a risk per window of the budget over a week's windows (split between the
+    spike lengths). The replay runs the policy over the whole history, ordinary highs
+    included, and counts its pages outside the left-out excursions; while they exceed
+    ``page_budget`` x the history's weeks, the margins widen by ``BUDGET_STEP`` (at most
+    ``BUDGET_STEPS`` times). A history shorter than a week allows no page at all: the
+    record, read past it on its Pareto tail, carries the rest of the budget."""
+    base = fitted.baseline
+    size = max(ws[0].window_end_ms - ws[0].window_start_ms, 1)
+    risk = policy.page_budget * size / WEEK_MS / SPIKE_WINDOWS
+    record = spike_record(_slot_residuals(kept, base), risk)
+    base = base.model_copy(update={"spike_record": record, "page_budget": policy.page_budget})
+    weeks = max(base.history_end_ms - base.history_start_ms, size) / WEEK_MS
+    allowed = math.floor(policy.page_budget * weeks + 1e-9)
+    basis = "the spread"
+    notes = list(fitted.notes)
+    factor = 1.0
+    for step in range(BUDGET_STEPS + 1):
+        pages = _replayed_pages(ws, spans, base, policy)
+        if pages <= allowed or step == BUDGET_STEPS or base.threshold >= 1.0:
+            break
+        factor *= BUDGET_STEP
+        base = _widened(fitted.baseline, factor, policy).model_copy(
+            update={"spike_record": record, "page_budget": policy.page_budget}
+        )
+        basis = f"the spread, margins x{factor:.2f} to keep the replay within the page budget"
+    base = base.model_copy(
+        update={"replayed_pages_per_week": pages / weeks, "threshold_basis": basis}
+    )
+    if pages > allowed:
+        notes.append(
+            f"the history's replay pages {pages} times ({pages / weeks:.1f} a week) with "
+            f"margins x{factor:.2f}, over the budget of {policy.page_budget:g} a week"
+        )
+    return FitResult(base, tuple(notes))
+
+
+def _slot_residuals(ws: Sequence[WindowAggregate], baseline: Baseline) -> list[float | None]:
+    """Window means minus their center, one per slot from the first window to the last;
+    None where the slot holds no window, or one too small to judge alone."""
     if not ws:
         return []
-    changes = IncidentTracker(policy, {doc_type: baseline}).replay(ws)
-    end = ws[-1].window_end_ms
-    return sorted(
-        (i.first_breach_ms, i.resolved_at_ms if i.resolved_at_ms is not None else end)
-        for i in final_incidents(changes)
+    size = max(ws[0].window_end_ms - ws[0].window_start_ms, 1)
+    first = ws[0].window_start_ms
+    out: list[float | None] = [None] * ((ws[-1].window_start_ms - first) // size + 1)
+    for w in ws:
+        if w.request_count >= baseline.min_requests:
+            out[(w.window_start_ms - first) // size] = (
+                w.mean_drift - baseline_at(baseline, w.window_start_ms).center
+            )
+    return out
+
+
+def _replayed_pages(
+    ws: Sequence[WindowAggregate],
+    spans: Sequence[tuple[int, int]],
+    baseline: Baseline,
+    policy: PolicyConfig,
+) -> int:
+    """Pages (incidents opened, re-opened or escalated) the policy raises on ``ws`` against
+    ``baseline``, outside ``spans``."""
+    changes = IncidentTracker(policy, {baseline.doc_type: baseline}).replay(ws)
+    return sum(
+        1
+        for c in changes
+        if c.kind in ("opened", "reopened", "updated")
+        and not any(a <= c.window_start_ms < b for a, b in spans)
+    )
+
+
+def _widened(baseline: Baseline, factor: float, policy: PolicyConfig) -> Baseline:
+    """``baseline`` with its warning and critical margins (and what follows from them)
+    times ``factor``."""
+    center = baseline.center
+    threshold = _clip(center + factor * (baseline.threshold - center))
+    critical = _clip(max(center + factor * (baseline.critical_threshold - center), threshold))
+    room = threshold - center
+    min_requests = baseline.min_requests
+    if room > 0:
+        needed = (
+            baseline.typical_request_count * (policy.significance * baseline.spread / room) ** 2
+        )
+        min_requests = max(policy.min_requests_floor, math.ceil(needed - 1e-9))
+    extreme = baseline.extreme_threshold
+    if extreme is not None:
+        extreme = _clip(max(extreme, critical))
+    return baseline.model_copy(
+        update={
+            "threshold": threshold,
+            "critical_threshold": critical,
+            "min_requests": min_requests,
+            "extreme_threshold": extreme,
+        }
     )
 
 
@@ -298,7 +437,7 @@ def _residuals(
     """Window residuals, mean - center (the hour's center when seasonal), on the
     per-request scale (x sqrt(n)) unless ``scaled`` is False."""
     return [
-        (w.mean_drift - (hourly[hour_of_day(w.window_start_ms)] if hourly else center))
+        (w.mean_drift - (seasonal_center(hourly, w.window_start_ms) if hourly else center))
         * (math.sqrt(w.request_count) if scaled else 1.0)
         for w in ws
     ]
@@ -405,7 +544,7 @@ def _winsorised_residuals(
     windows in a row beyond 3 MAD sigmas either way: the incidents and outages a history
     holds) are None: a 10-minute incident is not the type's normal correlation."""
     res = [
-        w.mean_drift - (hourly[hour_of_day(w.window_start_ms)] if hourly else center)
+        w.mean_drift - (seasonal_center(hourly, w.window_start_ms) if hourly else center)
         for w in ordered
     ]
     mid = median(res)
@@ -601,33 +740,76 @@ def _hourly_centers(
     ws: Sequence[WindowAggregate], center: float, policy: PolicyConfig, notes: list[str]
 ) -> list[float] | None:
     """Per-hour centers from whatever days the history holds, each hour's offset from the
-    flat center shrunk by days / (days + seasonal_shrinkage): one day is weak evidence of a
-    daily rhythm, several days are strong."""
-    if policy.seasonality == "off":
+    flat center shrunk towards it by how far the days agree (``_profile_weight``).
+
+    Coverage is counted in time, not windows: an hour needs ``seasonal_min_windows_per_hour``
+    windows, or half of its slots on the days it was seen when the windows are longer than
+    a minute (two days of 5-minute samples have 24 per hour, and a smooth daily wave in them
+    is as plain as in a week of minutes)."""
+    if policy.seasonality == "off" or not ws:
         return None
+    size = max(ws[0].window_end_ms - ws[0].window_start_ms, 1)
+    slots_per_hour = max(HOUR_MS // size, 1)
     by_hour: dict[int, list[float]] = defaultdict(list)
+    by_day: dict[tuple[int, int], list[float]] = defaultdict(list)
     days: dict[int, set[int]] = defaultdict(set)
     for w in ws:
         hour = hour_of_day(w.window_start_ms)
+        day = w.window_start_ms // DAY_MS
         by_hour[hour].append(w.mean_drift)
-        days[hour].add(w.window_start_ms // DAY_MS)
+        by_day[(hour, day)].append(w.mean_drift)
+        days[hour].add(day)
+
+    def needed(hour: int) -> int:
+        half_the_slots = math.ceil(0.5 * slots_per_hour * len(days[hour]))
+        return min(policy.seasonal_min_windows_per_hour, max(half_the_slots, 1))
+
     short = [
         h
         for h in range(24)
-        if len(by_hour[h]) < policy.seasonal_min_windows_per_hour
-        or len(days[h]) < policy.seasonal_min_days
+        if len(by_hour[h]) < needed(h) or len(days[h]) < policy.seasonal_min_days
     ]
     if short:
         h = min(range(24), key=lambda hour: (len(days[hour]), len(by_hour[hour])))
         notes.append(
             f"seasonality off: every hour of day needs {policy.seasonal_min_windows_per_hour} "
-            f"windows on {policy.seasonal_min_days} different days; {len(short)} of 24 hours "
-            f"fall short (e.g. {h:02d}h UTC: {len(by_hour[h])} windows on {len(days[h])} days)"
+            f"windows (or half its slots) on {policy.seasonal_min_days} different days; "
+            f"{len(short)} of 24 hours fall short (e.g. {h:02d}h UTC: {len(by_hour[h])} "
+            f"windows on {len(days[h])} days)"
         )
         return None
-    profile = []
+    offsets = [median(by_hour[h]) - center for h in range(24)]
+    weight = _profile_weight(offsets, by_day, days, policy)
+    return [_clip(center + weight[h] * offsets[h]) for h in range(24)]
+
+
+def _profile_weight(
+    offsets: Sequence[float],
+    by_day: dict[tuple[int, int], list[float]],
+    days: dict[int, set[int]],
+    policy: PolicyConfig,
+) -> list[float]:
+    """How much of each hour's offset to believe: signal / (signal + noise / days).
+
+    The noise is how far one day's median of an hour strays from another day's of the same
+    hour (pooled over the hours); the signal is what the offsets vary by beyond that. So a
+    rhythm that repeats exactly is taken whole from two days (a smooth noiseless wave must
+    not page at its peak on day three), and hourly medians of pure noise count for nothing.
+    A single day cannot show its own noise: there, ``days / (days + seasonal_shrinkage)``."""
+    if any(len(days[h]) < 2 for h in range(24)):
+        return [len(days[h]) / (len(days[h]) + policy.seasonal_shrinkage) for h in range(24)]
+    spreads = []
     for h in range(24):
-        d = len(days[h])
-        weight = d / (d + policy.seasonal_shrinkage)
-        profile.append(_clip(center + weight * (median(by_hour[h]) - center)))
-    return profile
+        per_day = [median(by_day[(h, d)]) for d in sorted(days[h])]
+        mid = sum(per_day) / len(per_day)
+        spreads.append(sum((m - mid) ** 2 for m in per_day) / (len(per_day) - 1))
+    noise = sum(spreads) / 24  # variance of one day's median of an hour
+    mean_days = sum(len(days[h]) for h in range(24)) / 24
+    level = sum(offsets) / 24
+    between = sum((o - level) ** 2 for o in offsets) / 23
+    signal = max(0.0, between - noise / mean_days)
+    out = []
+    for h in range(24):
+        error = noise / len(days[h])
+        out.append(signal / (signal + error) if signal + error > 0 else 1.0)
+    return out

@@ -51,13 +51,15 @@ from typing import Any, Final, Literal
 from anchorwatch.contracts import Baseline, DriftEvent, DriftEvidence, Reason, WindowAggregate
 from anchorwatch.contracts.models import DriftEventType, Severity, Verdict
 from anchorwatch.policy.config import PolicyConfig, RuleConfig
-from anchorwatch.policy.fitting import MIN_SPREAD, spread_at
 from anchorwatch.policy.window import (
     BEYOND_HISTORY,
+    DAY_MS,
+    MIN_SPREAD,
     Judgement,
     baseline_at,
     judge_window,
     same_mean,
+    spread_at,
 )
 
 ChangeKind = Literal["opened", "updated", "resolved", "reopened"]
@@ -97,6 +99,8 @@ class Incident:
     threshold: float  # the figure that window was compared with
     adapted_from: float | None = None  # resolution "adapted": the center it moved from
     adapted_to: float | None = None  # ... and the level accepted as the new normal
+    noisy: bool = False  # opened as the storm_after-th page in a day: stays open, counts
+    excursions: int = 0  # the excursions it holds instead of paging them
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,6 +134,10 @@ class _RunState:
     held_run: int = 0  # row (with requests) it was exactly that: a level that holds
     step_from: float | None = None  # the held level a step up is measured from (see _step_up)
     recent: list[float] = field(default_factory=list)  # window means while open (adapting)
+    spike: list[float] = field(default_factory=list)  # residuals of the run above threshold
+    spike_cusum: float = 0.0  # the pooled evidence before that run began
+    spike_held: bool = False  # the run was one of the type's ordinary spikes: not paged
+    pages: list[int] = field(default_factory=list)  # slots that paged in the last day
     open: Incident | None = None
     resolved: Incident | None = None  # the latest resolved incident: may be re-opened
     resolved_slot_ms: int | None = None
@@ -159,6 +167,13 @@ class _Slot:
     judgement: Judgement | None
     # Pooled evidence over its limit, whether or not the window itself also breached.
     pooled: bool = False
+    # Against a fitted baseline: the window mean above its center, the margin, the type's
+    # spike record and how many days of history it rests on; the evidence before this window.
+    residual: float | None = None
+    margin: float | None = None
+    record: tuple[float, ...] = ()
+    history_days: float = 0.0
+    cusum_before: float = 0.0
 
     @property
     def beyond_history(self) -> bool:
@@ -363,6 +378,8 @@ class IncidentTracker:
                 judgement.threshold - baseline.center
             )
         pooled_breach = pooled_clean = pooled = False
+        cusum_before = st.cusum
+        stored_record = (baseline.spike_record or []) if baseline is not None else []
         if rule.pooling and baseline is not None and window.request_count > 0:
             pooled = True
             st.cusum = self._pool(st.cusum, baseline, window)
@@ -370,7 +387,11 @@ class IncidentTracker:
             # a type whose windows are independent draws. Where neighbouring windows are
             # correlated, a big window is judged by its own mean: its neighbours are no
             # independent evidence for it, and pooling them pages on every slow wander.
-            independent = (baseline.autocorrelation or 0.0) <= INDEPENDENT_WINDOWS
+            # A type whose ordinary spikes reach above its threshold has a tail no Gaussian
+            # likelihood ratio describes: two of its spikes would pool into a page. Its big
+            # windows are judged by their own means and its spike record.
+            spiky = any(h > judgement.threshold - baseline.center for h in stored_record)
+            independent = (baseline.autocorrelation or 0.0) <= INDEPENDENT_WINDOWS and not spiky
             pooled_breach = (not conclusive or independent) and (
                 st.cusum >= self.policy.pooling_threshold
             )
@@ -410,7 +431,22 @@ class IncidentTracker:
             state = "clean"
         else:
             state = "inconclusive"
-        return _Slot(start, end, state, evidence, window, judgement, pooled_breach)
+        if baseline is None:
+            return _Slot(start, end, state, evidence, window, judgement, pooled_breach)
+        return _Slot(
+            start,
+            end,
+            state,
+            evidence,
+            window,
+            judgement,
+            pooled_breach,
+            residual=mean - baseline.center if conclusive else None,
+            margin=judgement.threshold - baseline.center,
+            record=tuple(baseline.spike_record or ()),
+            history_days=(baseline.history_end_ms - baseline.history_start_ms) / DAY_MS,
+            cusum_before=cusum_before,
+        )
 
     def _step_up(
         self,
@@ -510,6 +546,7 @@ class IncidentTracker:
         else:
             # A judged window that is no breach ends a run.
             st.run = st.critical_run = st.gap = 0
+        _track_spike(st, slot)
 
         if st.open is None:
             if slot.window is not None and doc_type in self._adapted:
@@ -521,6 +558,12 @@ class IncidentTracker:
             if breach and not by_run and not slot.beyond_history and slot.pooled:
                 slot = replace(slot, evidence="pooled")
             opens = breach and (by_run or slot.beyond_history or slot.pooled)
+            spike = _spike(st, slot) if opens and not slot.beyond_history else None
+            if spike == USUAL_SPIKE:
+                st.spike_held = True  # one of the type's ordinary spikes: not a page
+                return []
+            if isinstance(spike, Reason):
+                slot = _with_reason(slot, spike)
             # An incident opens critical only on open_after_critical critical windows in a
             # row, the evidence escalating takes: a lower sensitivity, which may have an
             # incident open already, would not escalate on less. So one window beyond the
@@ -537,6 +580,21 @@ class IncidentTracker:
         severity: Severity = "critical" if slot.state == "critical" and confirmed else "warning"
         evidence: EvidenceKind = slot.evidence or "window"
         st.clean_run = st.silent = 0
+        st.pages = [*(t for t in st.pages if slot.start_ms - t < DAY_MS), slot.start_ms]
+        noisy = rule.storm_after > 0 and len(st.pages) >= rule.storm_after
+        if noisy:
+            broke = any(r.code == RECORD for r in slot.judgement.reasons)
+            slot = _with_reason(
+                slot,
+                Reason(
+                    code=NOISY,
+                    message=f"noisy: {len(st.pages)} excursions in the last 24 h"
+                    + ("" if broke else ", none above its record")
+                    + f"; kept as one incident until {rule.storm_quiet} windows pass without "
+                    "a breach. Consider pinning this type's threshold.",
+                ),
+            )
+        assert slot.judgement is not None
         recent = (
             st.resolved is not None
             and st.resolved_slot_ms is not None
@@ -557,6 +615,8 @@ class IncidentTracker:
                 last_breach_ms=slot.start_ms,
                 breach_windows=st.resolved.breach_windows + st.run,
                 reopened=st.resolved.reopened + 1,
+                noisy=noisy,
+                excursions=0,
             )
             kind: ChangeKind = "reopened"
         else:
@@ -577,6 +637,7 @@ class IncidentTracker:
                 reopened=0,
                 baseline_version=slot.judgement.baseline_version,
                 threshold=slot.judgement.threshold,
+                noisy=noisy,
             )
             kind = "opened"
         st.open, st.resolved, st.resolved_slot_ms = incident, None, None
@@ -599,6 +660,12 @@ class IncidentTracker:
             # Escalation takes the same evidence as opening critical: one heavy-tailed
             # window must not page again.
             critical = slot.state == "critical" and st.critical_run >= rule.open_after_critical
+            spike = _spike(st, slot)
+            if spike == USUAL_SPIKE:
+                critical = False  # an ordinary spike escalates nothing
+            elif incident.noisy and isinstance(spike, Reason) and spike.code == RECORD:
+                critical = True  # a noisy type's excursions page again once they break records
+                slot = _with_reason(slot, spike)
             severity = _max_severity(incident.severity, "critical" if critical else "warning")
             escalated = severity != incident.severity
             incident = replace(
@@ -606,6 +673,7 @@ class IncidentTracker:
                 severity=severity,
                 last_breach_ms=slot.start_ms,
                 breach_windows=incident.breach_windows + 1,
+                excursions=incident.excursions + (incident.noisy and st.run == 1),
                 peak_mean_drift=max(incident.peak_mean_drift, mean),
                 peak_window_start_ms=(
                     slot.start_ms
@@ -625,7 +693,7 @@ class IncidentTracker:
         if slot.state == "clean":
             st.silent = 0
             st.clean_run += 1
-            if st.clean_run >= rule.resolve_after:
+            if st.clean_run >= (rule.storm_quiet if incident.noisy else rule.resolve_after):
                 return [self._resolve(st, slot, "clean")]
             return []
         st.silent += 1
@@ -744,6 +812,74 @@ def _shifted(baseline: Baseline, offset: float, at_ms: int) -> Baseline:
                 else None
             ),
         }
+    )
+
+
+#: ``_spike``'s answer for an excursion within the type's ordinary spikes.
+USUAL_SPIKE: Final = "usual"
+#: Reason codes of an excursion that broke the type's spike record, or outlasted its spikes.
+RECORD: Final = "spike_record_broken"
+SUSTAINED: Final = "sustained_excursion"
+#: The reason code of a noisy type's one incident.
+NOISY: Final = "noisy"
+
+
+def _track_spike(st: _RunState, slot: _Slot) -> None:
+    """Follow the run of windows above the threshold. When one of the type's ordinary
+    spikes ends without a page, the evidence it pooled is given back: it is normal for
+    this type, and must not open an incident on the quiet windows after it."""
+    if slot.residual is None or slot.margin is None:
+        return  # no window, or too small to judge alone: the run goes on
+    if slot.residual > slot.margin:
+        if not st.spike:
+            st.spike_cusum = slot.cusum_before
+        st.spike.append(slot.residual)
+        return
+    if st.spike_held:
+        st.cusum = min(st.cusum, st.spike_cusum)
+    st.spike, st.spike_held = [], False
+
+
+def _spike(st: _RunState, slot: _Slot) -> str | Reason | None:
+    """Whether the run above the threshold is one of the type's ordinary spikes
+    (``USUAL_SPIKE``), breaks its record or outlasts its spikes (a reason that says so), or
+    the type has no spikes above its threshold to compare with (None).
+
+    The record holds, per length k, how high the history stayed for k windows in a row;
+    the run is ordinary while it is no longer than the longest spike that reached above
+    the threshold and, for every k, no k neighbouring windows of it stayed higher."""
+    margin = slot.margin
+    if not st.spike or margin is None or not slot.record:
+        return None
+    usual = max((k for k, h in enumerate(slot.record, 1) if h > margin), default=0)
+    if usual == 0:
+        return None
+    run = st.spike
+    center = slot.window.mean_drift - slot.residual if slot.window and slot.residual else 0.0
+    if len(run) > usual:
+        return Reason(
+            code=SUSTAINED,
+            message=f"sustained {len(run)} windows above the threshold: this type's "
+            f"ordinary spikes last at most {usual}",
+        )
+    for k in range(1, len(run) + 1):
+        level = max(min(run[i : i + k]) for i in range(len(run) - k + 1))
+        if level > slot.record[k - 1]:
+            held = f"for {k} windows " if k > 1 else ""
+            return Reason(
+                code=RECORD,
+                message=f"highest in {slot.history_days:.0f} days of history: drift "
+                f"{center + level:.3f} {held}above this type's record of "
+                f"{center + slot.record[k - 1]:.3f}",
+            )
+    return USUAL_SPIKE
+
+
+def _with_reason(slot: _Slot, reason: Reason) -> _Slot:
+    if slot.judgement is None:
+        return slot
+    return replace(
+        slot, judgement=replace(slot.judgement, reasons=[*slot.judgement.reasons, reason])
     )
 
 

@@ -20,10 +20,9 @@ from anchorwatch.policy.fitting import (
     median,
     quantile,
     robust_sigma,
-    spread_at,
     spread_inflation,
 )
-from anchorwatch.policy.window import baseline_at, judge_window
+from anchorwatch.policy.window import baseline_at, judge_window, spread_at
 
 T0 = 1_764_374_400_000  # 2025-11-29T00:00Z: hour 0 of a day
 MIN = 60_000
@@ -56,8 +55,7 @@ def synthetic(
         n = _poisson(rng, rate)
         if n == 0:
             continue
-        hour = (i // 60) % 24
-        level = center + daily * math.sin(2 * math.pi * hour / 24)
+        level = center + daily * math.sin(2 * math.pi * (i % 1440) / 1440)  # a smooth wave
         out.append(w(i, rng.gauss(level, sigma / math.sqrt(n)), n))
     return out
 
@@ -160,7 +158,7 @@ def test_incidents_in_the_history_barely_move_the_baseline() -> None:
     assert b1.spread < 1.5 * b0.spread
     # The policy finds the ten excursions on a first fit and the second leaves them out:
     # the tail and the correlation are those of the clean history again.
-    assert any("inside 10 excursion(s)" in n for n in notes), notes
+    assert any("inside 10 sustained excursion(s)" in n for n in notes), notes
     assert b1.p99 == pytest.approx(b0.p99, abs=0.01)
     assert b1.autocorrelation == b0.autocorrelation == 0.0
 
@@ -184,7 +182,7 @@ def test_the_excursions_the_policy_finds_in_the_history_are_left_out_of_the_fit(
     ]
     assert autocorrelation(spoiled, median([x.mean_drift for x in spoiled])) > 0.1
     b, notes = fit(spoiled, seasonality="off")
-    assert any("inside 3 excursion(s)" in n for n in notes), notes
+    assert any("inside 3 sustained excursion(s)" in n for n in notes), notes
     assert b.autocorrelation == 0.0
     b0, _ = fit(clean, seasonality="off")
     assert b.center == pytest.approx(b0.center, abs=0.1 * b0.spread)
@@ -361,15 +359,15 @@ def test_seasonality_on_fits_an_hourly_profile_and_moves_the_thresholds_with_it(
     windows = synthetic(days * 1440, sigma=0.06, rate=30, daily=0.1)
     b, notes = fit(windows)
     assert b.hourly_center is not None, notes
-    weight = days / (days + PolicyConfig().seasonal_shrinkage)  # shrunk toward the flat fit
+    # Four days that agree: the profile is taken whole (each hour's center at its middle).
     for hour, c in enumerate(b.hourly_center):
-        expected = 0.3 + weight * 0.1 * math.sin(2 * math.pi * hour / 24)
+        expected = 0.3 + 0.1 * math.sin(2 * math.pi * (hour + 0.5) / 24)
         assert c == pytest.approx(expected, abs=0.01)
     flat, _ = fit(windows, seasonality="off")
     # The daily swing is not noise: without the profile it inflates the spread.
     assert b.spread < flat.spread / 2
-    # At 06h the center is 0.4: the thresholds move up with it, keeping their margin.
-    at_six = baseline_at(b, T0 + 6 * 3_600_000)
+    # At 06:30 the center is 0.4: the thresholds move up with it, keeping their margin.
+    at_six = baseline_at(b, T0 + 6 * 3_600_000 + 1_800_000)
     assert at_six.center == pytest.approx(b.hourly_center[6])
     assert at_six.threshold - at_six.center == pytest.approx(b.threshold - b.center)
     busy_morning = w(6 * 60 + 5, 0.42, 30)
@@ -383,17 +381,35 @@ def test_seasonality_on_fits_an_hourly_profile_and_moves_the_thresholds_with_it(
 
 
 def test_short_seasonal_history_uses_what_it_has_shrunk_toward_the_flat_fit() -> None:
-    """One or two days of a daily rhythm: a profile, but shrunk by days / (days + k), so a
-    one-off day weighs less than a rhythm seen for a week; the peak no longer breaches."""
+    """One day of a daily rhythm: a profile shrunk by days / (days + k), a one-off day
+    weighing less than a rhythm seen again. From two days on the days' agreement decides:
+    a rhythm that repeats is taken (nearly) whole. The peak never breaches the day after."""
     amplitudes = []
     for days in (1, 2, 3):
         b, notes = fit(synthetic(days * 1440, rate=30, daily=0.1, seed=days))
         assert b.hourly_center is not None, notes
-        amplitudes.append(b.hourly_center[6] - b.center)
+        amplitudes.append(b.hourly_center[5] - b.center)
         peak = w(days * 1440 + 6 * 60 + 5, 0.4, 30)  # the daily peak, the day after
         assert judge_window(peak, b).breach_level == "none", days
-    assert amplitudes[0] < amplitudes[1] < amplitudes[2] < 0.1
-    assert amplitudes[0] > 0.05
+    one_day = 1 / (1 + PolicyConfig().seasonal_shrinkage)
+    crest = 0.1 * math.sin(2 * math.pi * 5.5 / 24)
+    assert amplitudes[0] == pytest.approx(one_day * crest, abs=0.005)
+    assert amplitudes[1] == pytest.approx(crest, abs=0.005)
+    assert amplitudes[2] == pytest.approx(crest, abs=0.005)
+
+
+def test_hourly_medians_of_noise_are_not_taken_for_a_rhythm() -> None:
+    """Days that disagree hour by hour (noise, no rhythm): forced on, the profile stays
+    near the flat center instead of copying each hour's median."""
+    b, _ = fit(synthetic(3 * 1440, rate=2, seed=5), seasonality="hour_of_day")
+    assert b.hourly_center is not None
+    raw = [
+        median([x.mean_drift for x in synthetic(3 * 1440, rate=2, seed=5)
+                if (x.window_start_ms - T0) // 3_600_000 % 24 == h])
+        for h in range(24)
+    ]  # fmt: skip
+    raw_wander = max(raw) - min(raw)
+    assert max(b.hourly_center) - min(b.hourly_center) < raw_wander / 3
 
 
 def test_seasonality_needs_each_hour_seen_and_says_why_not() -> None:

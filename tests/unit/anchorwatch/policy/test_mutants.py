@@ -254,9 +254,9 @@ def test_an_hour_that_runs_hot_keeps_its_thresholds_probabilities() -> None:
     but never past 1.0: a drift score cannot exceed it, and the verdict's figures are
     probabilities the contract checks."""
     hourly = [0.30] * 24
-    hourly[0] = 0.97  # T0 is 00:00Z: 0.35 + 0.67 would be 1.02
+    hourly[0] = 0.97  # T0 is 00:00Z, so 00:30Z sits on hour 0's center: 0.35 + 0.67 = 1.02
     b = baseline(hourly_center=hourly)
-    window = win(0, 0.99)
+    window = win(30, 0.99)
     judgement = judge_window(window, b)
     assert (judgement.threshold, judgement.critical_threshold) == (1.0, 1.0)
     verdict = verdict_for(window, judgement, "job-7")
