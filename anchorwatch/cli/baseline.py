@@ -47,8 +47,8 @@ def baseline_table(baselines: Iterable[Baseline]) -> str:
     """One line per doc type: what it is compared with and what that rests on."""
     head = (
         f"{'doc type':<28} {'status':<12} {'windows':>7} {'center':>7} {'spread':>7} "
-        f"{'threshold':>9} {'critical':>8} {'min n':>5} {'typical n':>9} {'hourly':>6}  "
-        f"{'fitted at':<17} version"
+        f"{'threshold':>9} {'critical':>8} {'min n':>5} {'typical n':>9} {'hourly':>6} "
+        f"{'pages/week':>10}  {'fitted at':<17} version"
     )
     lines = [head]
     for b in sorted(baselines, key=lambda b: b.doc_type):
@@ -57,10 +57,37 @@ def baseline_table(baselines: Iterable[Baseline]) -> str:
         lines.append(
             f"{name:<28} {status:<12} {b.window_count:>7} {b.center:>7.3f} {b.spread:>7.4f} "
             f"{b.threshold:>9.3f} {b.critical_threshold:>8.3f} {b.min_requests:>5} "
-            f"{b.typical_request_count:>9.1f} {'yes' if b.hourly_center else 'no':>6}  "
-            f"{utc_minute(b.fitted_at_ms):<17} {b.version}"
+            f"{b.typical_request_count:>9.1f} {'yes' if b.hourly_center else 'no':>6} "
+            f"{_pages(b):>10}  {utc_minute(b.fitted_at_ms):<17} {b.version}"
         )
     return "\n".join(lines)
+
+
+def _pages(b: Baseline) -> str:
+    """'0.0 of 1': what the history's replay paged a week against the budget."""
+    if b.replayed_pages_per_week is None or b.page_budget is None:
+        return "-"
+    return f"{b.replayed_pages_per_week:.1f} of {b.page_budget:g}"
+
+
+def baseline_details(b: Baseline) -> list[str]:
+    """How one type's threshold was chosen and what its history paged, in words."""
+    lines = []
+    if b.threshold_basis is not None:
+        lines.append(f"threshold {b.threshold:.3f}: from {b.threshold_basis}")
+    if b.page_budget is not None and b.replayed_pages_per_week is not None:
+        days = (b.history_end_ms - b.history_start_ms) / 86_400_000
+        lines.append(
+            f"page budget {b.page_budget:g} a week; the replay of its {days:.1f} days of history "
+            f"pages {b.replayed_pages_per_week:.2f} a week"
+        )
+    if b.spike_record:
+        spikes = ", ".join(
+            f"{k} window{'s' if k > 1 else ''} {b.center + h:.3f}"
+            for k, h in enumerate(b.spike_record, 1)
+        )
+        lines.append(f"ordinary spikes reach (at the flat center): {spikes}")
+    return lines
 
 
 # --------------------------------------------------------------------------- baseline
@@ -250,6 +277,9 @@ def show_cmd(
             click.echo(encode(b).decode())
         return
     click.echo(baseline_table(chosen))
+    if doc_type is not None:
+        for line in baseline_details(chosen[0]):
+            click.echo(line)
     if doc_type is not None and chosen[0].hourly_center:
         hourly = chosen[0].hourly_center
         click.echo(

@@ -154,6 +154,15 @@ def test_baseline_fit_from_a_window_file_and_show(
     name = records[0]["doc_type"]
     one = run("baseline", "show", name, "--from-file", str(out), "--json")
     assert [orjson.loads(line)["doc_type"] for line in one.output.splitlines()] == [name]
+    # One type in words: the page budget, what the history's replay paged, and how its
+    # threshold was chosen (the record's figures, written by the fit itself).
+    record = next(r for r in records if r["doc_type"] == name)
+    told = run("baseline", "show", name, "--from-file", str(out)).output
+    assert f"threshold {record['threshold']:.3f}: from {record['threshold_basis']}" in told
+    assert (
+        f"page budget 1 a week; the replay of its 0.1 days of history pages "
+        f"{record['replayed_pages_per_week']:.2f} a week"
+    ) in told
     missing = run("baseline", "show", "no_such_type", "--from-file", str(out))
     assert missing.exit_code == 1
     assert "no baseline for doc type 'no_such_type'" in missing.output
