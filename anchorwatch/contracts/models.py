@@ -251,6 +251,16 @@ class Baseline(_Contract):
     hourly_center: list[Probability] | None = Field(
         default=None, description="Per hour-of-day center (24 values) when history allows."
     )
+    weekday_offset: list[Annotated[float, Field(ge=-1.0, le=1.0, allow_inf_nan=False)]] | None = (
+        Field(
+            default=None,
+            min_length=7,
+            max_length=7,
+            description="Per day of the week (Monday first, UTC) how far that day's center "
+            "sits from the hourly profile (or the flat center), when two weeks of history "
+            "show a weekly cycle.",
+        )
+    )
     autocorrelation: float | None = Field(
         default=None,
         ge=0.0,

@@ -230,6 +230,13 @@ class PolicyConfig(Section):
         "center is weighted days / (days + this), so one day of history counts for 2/3 of "
         "its profile, three days for 6/7; 0: no shrinkage.",
     )
+    weekly_min_weeks: int = Field(
+        2,
+        ge=2,
+        le=52,
+        description="Weeks of history (each day of the week seen this often) before a "
+        "weekly cycle is fitted: per day-of-week offsets on top of the hourly profile.",
+    )
     seasonal_min_windows_per_hour: int = Field(
         30, ge=1, le=100_000, description="Windows each hour of day needs."
     )

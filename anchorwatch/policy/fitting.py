@@ -49,8 +49,9 @@ from anchorwatch.policy.window import (
     HOUR_MS,
     MIN_SPREAD,
     baseline_at,
+    center_at,
+    day_of_week,
     hour_of_day,
-    seasonal_center,
 )
 
 #: Scales a median absolute deviation to a normal standard deviation.
@@ -340,7 +341,10 @@ def _fit_once(
             hourly = None
         else:
             sigma = seasonal_sigma
-    phi = equivalent_autocorrelation(long_run_ratio(ws, center, hourly))
+    weekday = _weekday_offsets(ws, center, hourly, policy, notes)
+    if weekday is not None:
+        sigma = _request_sigma(ws, center, policy, hourly, weekday)
+    phi = equivalent_autocorrelation(long_run_ratio(ws, center, hourly, weekday))
     effective = effective_windows(len(ws), phi)
     inflation = spread_inflation(effective, policy.sensitivity)
     if inflation > 1.05:
@@ -366,7 +370,7 @@ def _fit_once(
         min_requests = max(policy.min_requests_floor, math.ceil(needed - 1e-9))
     else:
         min_requests = policy.min_requests_floor
-    highest, allowance = _beyond_history(ws, center, hourly)
+    highest, allowance = _beyond_history(ws, center, hourly, weekday)
     extreme = _clip(max(critical, center + highest + max(allowance, threshold - center)))
     baseline = Baseline(
         **common,
@@ -380,6 +384,7 @@ def _fit_once(
         critical_threshold=critical,
         min_requests=min_requests,
         hourly_center=hourly,
+        weekday_offset=weekday,
         autocorrelation=phi,
         significance=policy.significance,
         extreme_threshold=extreme,
@@ -431,13 +436,14 @@ def _residuals(
     ws: Sequence[WindowAggregate],
     center: float,
     hourly: Sequence[float] | None = None,
+    weekday: Sequence[float] | None = None,
     *,
     scaled: bool = True,
 ) -> list[float]:
     """Window residuals, mean - center (the hour's center when seasonal), on the
     per-request scale (x sqrt(n)) unless ``scaled`` is False."""
     return [
-        (w.mean_drift - (seasonal_center(hourly, w.window_start_ms) if hourly else center))
+        (w.mean_drift - center_at(center, hourly, weekday, w.window_start_ms))
         * (math.sqrt(w.request_count) if scaled else 1.0)
         for w in ws
     ]
@@ -448,6 +454,7 @@ def _request_sigma(
     center: float,
     policy: PolicyConfig,
     hourly: Sequence[float] | None = None,
+    weekday: Sequence[float] | None = None,
 ) -> float:
     """Per-request sigma from window residuals scaled by sqrt(n) (see the module doc).
 
@@ -462,7 +469,7 @@ def _request_sigma(
       spread from here, or at least from the grid their values sit on.
     """
     ordered = sorted(ws, key=lambda w: w.window_start_ms)
-    scaled = _residuals(ordered, center, hourly)
+    scaled = _residuals(ordered, center, hourly, weekday)
     mad_sigma = robust_sigma(scaled)
     grid = _grid_sigma(ordered)
     cut = 3.0 * max(mad_sigma, grid, MIN_SPREAD)
@@ -479,7 +486,10 @@ def _request_sigma(
 
 
 def _beyond_history(
-    ws: Sequence[WindowAggregate], center: float, hourly: Sequence[float] | None
+    ws: Sequence[WindowAggregate],
+    center: float,
+    hourly: Sequence[float] | None,
+    weekday: Sequence[float] | None = None,
 ) -> tuple[float, float]:
     """The history's highest window (above the center) and how far above it a new window
     must be to be beyond anything the history showed.
@@ -492,7 +502,7 @@ def _beyond_history(
     (a rise that matters), so heavy or skewed tails, with wide gaps, keep their own spikes
     below it. All windows count, small ones too: a sparse type's noisy single windows set
     it high."""
-    top = sorted(_residuals(ws, center, hourly, scaled=False))[-(TAIL_WINDOWS + 1) :]
+    top = sorted(_residuals(ws, center, hourly, weekday, scaled=False))[-(TAIL_WINDOWS + 1) :]
     if len(top) < 2:
         return (top[-1] if top else 0.0), 0.0
     gap = sum(top[1:]) / (len(top) - 1) - top[0]
@@ -537,16 +547,16 @@ def _grid_sigma(ws: Sequence[WindowAggregate]) -> float:
 
 
 def _winsorised_residuals(
-    ordered: Sequence[WindowAggregate], center: float, hourly: Sequence[float] | None
+    ordered: Sequence[WindowAggregate],
+    center: float,
+    hourly: Sequence[float] | None,
+    weekday: Sequence[float] | None = None,
 ) -> list[float | None]:
     """Window means minus their center, clipped at 4 MAD sigmas (so a few spikes cannot fake
     or hide a correlation) and centred on their mean. Sustained excursions (``SUSTAINED``
     windows in a row beyond 3 MAD sigmas either way: the incidents and outages a history
     holds) are None: a 10-minute incident is not the type's normal correlation."""
-    res = [
-        w.mean_drift - (seasonal_center(hourly, w.window_start_ms) if hourly else center)
-        for w in ordered
-    ]
+    res = [w.mean_drift - center_at(center, hourly, weekday, w.window_start_ms) for w in ordered]
     mid = median(res)
     sigma = robust_sigma(res)
     scale = max(4.0 * sigma, 1e-9)
@@ -558,7 +568,10 @@ def _winsorised_residuals(
 
 
 def autocorrelation(
-    ws: Sequence[WindowAggregate], center: float, hourly: Sequence[float] | None = None
+    ws: Sequence[WindowAggregate],
+    center: float,
+    hourly: Sequence[float] | None = None,
+    weekday: Sequence[float] | None = None,
 ) -> float:
     """Lag-1 autocorrelation of window means over neighbouring windows, in [0, 0.99].
 
@@ -568,7 +581,7 @@ def autocorrelation(
     ordered = sorted(ws, key=lambda w: w.window_start_ms)
     if len(ordered) < 3:
         return 0.0
-    dev = _winsorised_residuals(ordered, center, hourly)
+    dev = _winsorised_residuals(ordered, center, hourly, weekday)
     kept = [d for d in dev if d is not None]
     var = sum(d * d for d in kept)
     if var <= 0:
@@ -605,7 +618,10 @@ MAX_LONG_RUN_RATIO = 199.0
 
 
 def long_run_ratio(
-    ws: Sequence[WindowAggregate], center: float, hourly: Sequence[float] | None = None
+    ws: Sequence[WindowAggregate],
+    center: float,
+    hourly: Sequence[float] | None = None,
+    weekday: Sequence[float] | None = None,
 ) -> float:
     """How much more a sum of neighbouring window means varies than a sum of independent
     ones: Var(sum of k) / (k Var(one)), 1 for independent windows.
@@ -618,11 +634,11 @@ def long_run_ratio(
     means), and that figure is used when it exceeds the lag-1 one by more than twice its
     own sampling error: independent types keep a ratio of 1."""
     ordered = sorted(ws, key=lambda w: w.window_start_ms)
-    ar1 = autocorrelation(ordered, center, hourly)
+    ar1 = autocorrelation(ordered, center, hourly, weekday)
     lag1 = (1.0 + ar1) / (1.0 - ar1)
     if len(ordered) < 3:
         return lag1
-    dev = _winsorised_residuals(ordered, center, hourly)
+    dev = _winsorised_residuals(ordered, center, hourly, weekday)
     kept = [d for d in dev if d is not None]
     var = sum(d * d for d in kept) / max(len(kept), 1)
     size = max(ordered[0].window_end_ms - ordered[0].window_start_ms, 1)
@@ -781,6 +797,65 @@ def _hourly_centers(
     offsets = [median(by_hour[h]) - center for h in range(24)]
     weight = _profile_weight(offsets, by_day, days, policy)
     return [_clip(center + weight[h] * offsets[h]) for h in range(24)]
+
+
+def _weekday_offsets(
+    ws: Sequence[WindowAggregate],
+    center: float,
+    hourly: Sequence[float] | None,
+    policy: PolicyConfig,
+    notes: list[str],
+) -> list[float] | None:
+    """Per day of the week, how far its days sit from the hourly profile (or the flat
+    center): the median of those days' median residuals, believed as far as the weeks
+    agree (as hours are, ``_profile_weight``). Needs ``weekly_min_weeks`` of history, every
+    day of the week seen that often."""
+    if policy.seasonality == "off" or not ws:
+        return None
+    by_date: dict[int, list[float]] = defaultdict(list)
+    for w in ws:
+        by_date[w.window_start_ms // DAY_MS].append(
+            w.mean_drift - center_at(center, hourly, None, w.window_start_ms)
+        )
+    dates: dict[int, list[int]] = defaultdict(list)
+    for date in by_date:
+        dates[day_of_week(date * DAY_MS)].append(date)
+    fewest = min(len(dates[d]) for d in range(7))
+    if fewest < policy.weekly_min_weeks:
+        if (max(by_date) - min(by_date) + 1) >= 7 * policy.weekly_min_weeks:
+            notes.append(
+                f"weekly cycle off: every day of the week needs {policy.weekly_min_weeks} "
+                f"days of history; one has {fewest}"
+            )
+        return None
+    per_date = {date: median(values) for date, values in by_date.items()}
+    offsets = [median([per_date[x] for x in dates[d]]) for d in range(7)]
+    spreads = []
+    for d in range(7):
+        values = [per_date[x] for x in dates[d]]
+        mid = sum(values) / len(values)
+        spreads.append(sum((v - mid) ** 2 for v in values) / (len(values) - 1))
+    noise = sum(spreads) / 7
+    mean_weeks = sum(len(dates[d]) for d in range(7)) / 7
+    level = sum(offsets) / 7
+    signal = max(0.0, sum((o - level) ** 2 for o in offsets) / 6 - noise / mean_weeks)
+    out = []
+    for d in range(7):
+        error = noise / len(dates[d])
+        weight = signal / (signal + error) if signal + error > 0 else 1.0
+        out.append(max(-1.0, min(1.0, weight * offsets[d])))  # shrunk to the flat center
+    # Whole days, not windows, tell whether the offsets explain anything: a robust spread
+    # of the windows would not move for two days a week off the level.
+    before = sum(v**2 for v in per_date.values())
+    after = sum((v - out[day_of_week(date * DAY_MS)]) ** 2 for date, v in per_date.items())
+    gain = 1.0 - math.sqrt(after / before) if before > 0 else 0.0
+    if policy.seasonality == "auto" and gain < policy.seasonal_min_gain:
+        notes.append(
+            f"weekly cycle not used: the weekday offsets explain only {max(gain, 0.0):.0%} of "
+            f"how days differ (auto needs {policy.seasonal_min_gain:.0%})"
+        )
+        return None
+    return out
 
 
 def _profile_weight(

@@ -57,7 +57,7 @@ class Pareto:
             return self.threshold
         if abs(self.shape) < 1e-6:
             return self.threshold - self.scale * math.log(ratio)
-        return self.threshold + self.scale / self.shape * (float(ratio ** -self.shape) - 1.0)
+        return self.threshold + self.scale / self.shape * (float(ratio**-self.shape) - 1.0)
 
 
 def fit_pareto(values: Sequence[float], level: float = TAIL_LEVEL) -> Pareto | None:

@@ -89,14 +89,34 @@ def seasonal_center(hourly: Sequence[float], window_start_ms: int) -> float:
     return hourly[below % 24] * (1.0 - frac) + hourly[(below + 1) % 24] * frac
 
 
+def day_of_week(window_start_ms: int) -> int:
+    """0 for Monday (UTC), as the fit's weekday offsets are indexed."""
+    return (window_start_ms // DAY_MS + 3) % 7  # 1970-01-01 was a Thursday
+
+
+def center_at(
+    center: float,
+    hourly: Sequence[float] | None,
+    weekday: Sequence[float] | None,
+    window_start_ms: int,
+) -> float:
+    """A type's center at ``window_start_ms``: its hourly profile there (or the flat
+    center), moved by the offset of that day of the week when the fit found a weekly
+    cycle."""
+    value = seasonal_center(hourly, window_start_ms) if hourly else center
+    if weekday:
+        value = min(1.0, max(0.0, value + weekday[day_of_week(window_start_ms)]))
+    return value
+
+
 def baseline_at(baseline: Baseline, window_start_ms: int) -> Baseline:
     """The baseline as it applies to the window starting at ``window_start_ms``: with an
-    hourly profile, center and thresholds move with the profile's center there (see
-    ``seasonal_center``; the margins stay)."""
-    hourly = baseline.hourly_center
-    if hourly is None or baseline.status != "fitted":
+    hourly profile or weekday offsets, center and thresholds move with the center there
+    (see ``center_at``; the margins stay)."""
+    hourly, weekday = baseline.hourly_center, baseline.weekday_offset
+    if (hourly is None and weekday is None) or baseline.status != "fitted":
         return baseline
-    center = seasonal_center(hourly, window_start_ms)
+    center = center_at(baseline.center, hourly, weekday, window_start_ms)
     offset = center - baseline.center
     threshold = min(1.0, max(0.0, baseline.threshold + offset))
     critical = max(threshold, min(1.0, max(0.0, baseline.critical_threshold + offset)))

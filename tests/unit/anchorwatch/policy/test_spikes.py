@@ -244,3 +244,26 @@ def test_a_smooth_daily_wave_learned_from_two_days_does_not_page_at_its_peak(
     opened = pages(replay(b, jumped))
     assert len(opened) == 1
     assert peak <= (opened[0].window_start_ms - T0) // MIN // 5 < peak + 3
+
+
+def weekly(days: int, seed: int) -> list[WindowAggregate]:
+    """Ten-minute samples: a level 0.1 higher on Saturdays and Sundays, a little noise."""
+    rng = random.Random(seed)
+    out = []
+    for s in range(days * 144):
+        weekend = (s // 144) % 7 >= 5  # T0 is a Monday
+        out.append(window(10 * s, 0.3 + 0.1 * weekend + rng.gauss(0.0, 0.005), size_min=10))
+    return out
+
+
+def test_a_weekly_cycle_is_expected_once_two_weeks_show_it() -> None:
+    series = weekly(21, seed=4)
+    split = 14 * 144
+    b = fit(series[:split])
+    assert b.weekday_offset is not None
+    assert b.weekday_offset[5] - b.weekday_offset[0] == pytest.approx(0.1, abs=0.01)
+    assert pages(replay(b, series[split:])) == []
+    # One week cannot tell a weekly cycle from a bad weekend: the weekend pages.
+    one_week = fit(series[: 7 * 144])
+    assert one_week.weekday_offset is None
+    assert len(pages(replay(one_week, series[split:]))) >= 1
