@@ -2,13 +2,32 @@
 random times while verdicts keep arriving, restarted, and in the end every incident has
 exactly one Slack thread with its replies in order, one Jira ticket with its comments in
 order, and its drift events (deduplicated by id, as consumers do). Then 1,000 doc types
-drifting at once: bounded memory, rate limits kept, everything delivered once."""
+drifting at once: bounded memory, rate limits kept, everything delivered once.
+
+Every chosen crash point must be reached: each run, armed at its point, is given the next
+few verdicts, and one more each time it has done all it was given without reaching the
+point; a point still not reached once every verdict is produced fails the trial, naming it.
+
+The random kill times are drawn from a seed, printed at the start of the trial (pytest
+shows it with a failure's captured output; ``-s`` shows it at once). To draw the same kill
+times again, set ``ANCHORWATCH_TEST_CRASH_SEED`` to it (an ``ANCHORWATCH_TEST_`` variable:
+tests/conftest.py keeps those, where it clears every other ``ANCHORWATCH_*``), e.g.::
+
+    ANCHORWATCH_TEST_CRASH_SEED=1764403200 .venv/bin/pytest \\
+        tests/integration/alerting/test_service_crash.py -k chosen_and_random
+
+The rest of a run (where each kill lands in the service's work) is the machine's timing,
+so a failure may take a few reruns with its seed to happen again. The other trials draw
+nothing at random.
+"""
 
 from __future__ import annotations
 
+import os
 import random
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +38,8 @@ import requests
 from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.render import incident_label
 from anchorwatch.alerting.service import list_incidents
-from anchorwatch.alerting.store import Store
+from anchorwatch.alerting.store import Store, StoreError
+from anchorwatch.contracts import Verdict
 from anchorwatch.jobs.settings import JobSettings
 from tests.support.alerting import (
     POLICY,
@@ -44,7 +64,7 @@ from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-#: Each run crashes at the first of these it reaches (the test hook), in this order.
+#: One run per point, in this order, armed at it (the test hook) and driven until it gets there.
 CHOSEN = [
     "batch_before_commit@2",
     "send_after:slack@1",
@@ -56,6 +76,19 @@ CHOSEN = [
     "send_after:events@1",
 ]
 RANDOM_KILLS = 6
+SEED_ENV = "ANCHORWATCH_TEST_CRASH_SEED"
+#: How long a run armed at a point is given to reach it once every verdict is produced.
+LAST_WAIT_S = 20
+
+
+def crash_seed() -> int:
+    """``ANCHORWATCH_TEST_CRASH_SEED`` when set, else a new one; printed either way."""
+    given = os.environ.get(SEED_ENV, "").strip()
+    if given and not given.lstrip("-").isdigit():
+        pytest.fail(f"{SEED_ENV}={given!r}: not an integer")
+    seed = int(given) if given else int(time.time())
+    print(f"\n{SEED_ENV}={seed}" + (" (from the environment)" if given else ""))
+    return seed
 
 
 def _window_times(texts: list[str]) -> list[str]:
@@ -63,10 +96,81 @@ def _window_times(texts: list[str]) -> list[str]:
     return [t.split(" UTC")[0].rsplit(" ", 1)[-1].split("–")[0] for t in texts]
 
 
+@dataclass
+class Feed:
+    """A trial's verdicts, produced a few at a time while the service crashes and
+    restarts."""
+
+    job: JobSettings
+    left: deque[Verdict]
+    produced: int = 0
+
+    def next(self, n: int = 1) -> bool:
+        """Produce the next ``n`` verdicts (what is left, at the end); False when none is."""
+        if not self.left:
+            return False
+        some = [self.left.popleft() for _ in range(min(n, len(self.left)))]
+        self.produced += produce(self.job, some)
+        return True
+
+    def rest(self) -> None:
+        self.next(len(self.left))
+
+
+def caught_up(state: Path, produced: int) -> bool:
+    """The state says the service has done all it was given: every produced verdict
+    consumed, no notification left to send."""
+    try:
+        store = Store(state, create=False)
+    except StoreError:
+        return False
+    try:
+        consumed = sum(store.restore().offsets.values())
+        return consumed >= produced and not any(store.pending_counts().values())
+    finally:
+        store.close()
+
+
+def crashes_at(
+    point: str, env: dict[str, str], log: Path, state: Path, feed: Feed, first: int
+) -> bool:
+    """Run the service armed at ``point`` until it dies there (True), feeding it the next
+    ``first`` verdicts, then one more each time it has done all it was given without
+    reaching the point (as few as it takes: the points after it need verdicts too). Once
+    none is left, it has ``LAST_WAIT_S`` more with the work it has; False if it did not
+    get there."""
+    process = ServiceProcess(env, log, crash_at=point)
+    produced = feed.produced
+    try:
+        n = first
+        while feed.next(n):
+            n = 1
+            wait_until(
+                lambda: process.process.poll() is not None or caught_up(state, feed.produced),
+                90,
+                f"the service to crash at {point} or to do all of {feed.produced} verdicts",
+            )
+            if process.process.poll() is not None:
+                break
+        else:
+            process.wait(LAST_WAIT_S)
+        code = process.process.poll()
+        print(
+            f"{point}: {'reached' if code is not None else 'NOT reached'} after "
+            f"{feed.produced - produced} new verdicts ({len(feed.left)} left)"
+        )
+        if code is None:
+            return False
+        assert code == -9, f"exited {code} instead of crashing at {point}: see {log}"
+        return True
+    finally:
+        process.kill9()
+
+
 def test_kill_9_at_chosen_and_random_points_delivers_exactly_once(
     job_settings: JobSettings, tmp_path: Path, slack: LocalSlackWithHistory, jira: LocalJira
 ) -> None:
-    seed = int(time.time())
+    seed = crash_seed()
     rng = random.Random(seed)
     state = tmp_path / "state"
     config = service_config(job_settings, state, slack, jira, batch_max=4)
@@ -78,28 +182,20 @@ def test_kill_9_at_chosen_and_random_points_delivers_exactly_once(
         (v for i, d in enumerate(docs) for v in lifecycle(d, first_minute=i % 3)),
         key=lambda v: v.window.window_start_ms,
     )
-    rounds = len(CHOSEN) + RANDOM_KILLS
-    per_round = len(verdicts) // rounds + 1
-    produced = 0
+    # The verdicts keep arriving while the service crashes and restarts: a few each run.
+    feed = Feed(job_settings, deque(verdicts))
+    per_run = len(verdicts) // (len(CHOSEN) + RANDOM_KILLS) + 1
     log = tmp_path / "service.log"
-    crashed = 0
-    for round_ in range(rounds):
-        # The verdicts keep arriving while the service crashes and restarts.
-        produced += produce(job_settings, verdicts[round_ * per_round : (round_ + 1) * per_round])
-        if round_ < len(CHOSEN):
-            process = ServiceProcess(env, log, crash_at=CHOSEN[round_])
-            code = process.wait(25)
-            if code is None:  # that point was not reached this time
-                process.kill9()
-            else:
-                assert code == -9, f"seed {seed}: exited {code} at {CHOSEN[round_]}"
-                crashed += 1
-        else:
-            process = ServiceProcess(env, log)
-            time.sleep(rng.uniform(1.0, 4.0))
-            process.kill9()
+    unreached = [p for p in CHOSEN if not crashes_at(p, env, log, state, feed, per_run)]
+    assert not unreached, f"seed {seed}: chosen crash points never reached: {unreached}"
+    for _ in range(RANDOM_KILLS):
+        feed.next(per_run)
+        process = ServiceProcess(env, log)
+        time.sleep(rng.uniform(1.0, 4.0))  # the random kill time: the seed's draw
+        process.kill9()
+    feed.rest()
+    produced = feed.produced
     assert produced == len(verdicts)
-    assert crashed >= 5, f"seed {seed}: only {crashed} chosen crash points were reached"
     final = ServiceProcess(env, log)
     try:
         wait_until(lambda: ready(config), 30, "the last run to be ready")
@@ -241,27 +337,21 @@ def test_kill_9_between_replies_and_charts_and_inside_commits_delivers_each_once
     ]
     for fault in faults:
         requests.post(f"{slack.url}/_local/faults", json=fault, timeout=5).raise_for_status()
-    docs = ["chart-a", "chart-b", "chart-c"]
+    # Four types: enough verdicts for each point to be driven to, with some to spare.
+    docs = ["chart-a", "chart-b", "chart-c", "chart-d"]
     verdicts = sorted(
         (v for i, d in enumerate(docs) for v in lifecycle(d, first_minute=i)),
         key=lambda v: v.window.window_start_ms,
     )
-    rounds = len(CHART_AND_COMMIT_POINTS)
-    per_round = len(verdicts) // rounds + 1
+    # One verdict for each point, and more only as a point needs them.
+    feed = Feed(job_settings, deque(verdicts))
     log = tmp_path / "service.log"
-    produced = crashed = 0
-    for round_, point in enumerate(CHART_AND_COMMIT_POINTS):
-        produced += produce(job_settings, verdicts[round_ * per_round : (round_ + 1) * per_round])
-        process = ServiceProcess(env, log, crash_at=point)
-        code = process.wait(20)
-        if code is None:  # that point was not reached this time
-            process.kill9()
-        else:
-            assert code == -9, f"exited {code} at {point}"
-            crashed += 1
+    points = CHART_AND_COMMIT_POINTS
+    unreached = [p for p in points if not crashes_at(p, env, log, state, feed, first=1)]
+    assert not unreached, f"kill points never reached: {unreached}"
+    feed.rest()
+    produced = feed.produced
     assert produced == len(verdicts)
-    print(f"\n{crashed} of {rounds} kill points reached")
-    assert crashed >= 6, f"only {crashed} of the points were reached"
     final = ServiceProcess(env, log)
     try:
         wait_until(lambda: ready(config), 30, "the last run to be ready")

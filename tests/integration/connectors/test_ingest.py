@@ -25,6 +25,7 @@ from tests.support.ingest import events as _events
 from tests.support.ingest import ingest_settings as _settings
 from tests.support.ingest import records as _records
 from tests.support.ingest import serving, settings_in_env
+from tests.support.waiting import wait_until_async
 
 pytestmark = [pytest.mark.integration]
 
@@ -169,18 +170,25 @@ def test_a_full_producer_queue_answers_503_and_writes_nothing_of_that_request(
 ) -> None:
     first = orjson.dumps([to_kong_entry(e) for e in _events()[:5]])
     second = orjson.dumps([to_kong_entry(e) for e in _events()[5:10]])
-    # linger keeps the first request's records unacknowledged while the second arrives.
+    # linger keeps the first request's records unacknowledged (a second) while the second
+    # request arrives: 5 records in flight and 5 more would pass the limit of 6.
     settings = _settings(job_settings, max_inflight_records=6, linger_ms=1000, retry_after_s=3)
 
     async def scenario() -> list[tuple[int, str | None]]:
-        async with serving(settings) as (_, url), aiohttp.ClientSession() as http:
+        async with serving(settings) as (service, url), aiohttp.ClientSession() as http:
 
-            async def post(body: bytes, delay: float) -> tuple[int, str | None]:
-                await asyncio.sleep(delay)
+            async def post(body: bytes) -> tuple[int, str | None]:
                 async with http.post(f"{url}/v1/kong", data=body) as r:
                     return r.status, r.headers.get("Retry-After")
 
-            return list(await asyncio.gather(post(first, 0), post(second, 0.1)))
+            posted_first = asyncio.create_task(post(first))
+            await wait_until_async(
+                lambda: service.producer.inflight_records == 5,
+                10,
+                "the first request's 5 records to await Kafka's acknowledgement",
+            )
+            refused = await post(second)
+            return [await posted_first, refused]
 
     assert asyncio.run(scenario()) == [(200, None), (503, "3")]
     assert len(_records(job_settings, job_settings.topics.snapshots)) == 5
@@ -204,15 +212,16 @@ def test_shutdown_lets_in_flight_requests_finish_and_flushes(job_settings: JobSe
             posts = [asyncio.create_task(post(b)) for b in bodies]
             # Stop once every body has arrived: the requests then wait for Kafka.
             sent = sum(map(len, bodies))
-            for _ in range(500):
-                if (
+            await wait_until_async(
+                lambda: (
                     service.registry.get_sample_value(
                         "anchorwatch_ingest_received_bytes_total", {"format": "kong"}
                     )
                     == sent
-                ):
-                    break
-                await asyncio.sleep(0.01)
+                ),
+                10,
+                f"the service to have received all {sent} bytes of the requests",
+            )
             assert service.producer.inflight_records > 0
             await service.stop()
             return list(await asyncio.gather(*posts))
@@ -290,21 +299,38 @@ def test_requests_arriving_during_a_round_go_to_kafka_together_in_the_next(
     bodies = [orjson.dumps([to_kong_entry(e) for e in _events()[i : i + 5]]) for i in (0, 5, 10)]
     # linger keeps the first round in flight (about a second) while the others arrive.
     settings = _settings(job_settings, linger_ms=1000)
+    rounds = "anchorwatch_ingest_produce_round_records"
 
     async def scenario() -> tuple[list[int], IngestService]:
         async with serving(settings) as (service, url), aiohttp.ClientSession() as http:
 
-            async def post(body: bytes, delay: float) -> int:
-                await asyncio.sleep(delay)
+            async def post(body: bytes) -> int:
                 async with http.post(f"{url}/v1/kong", data=body) as r:
                     return r.status
 
-            statuses = await asyncio.gather(*(post(b, 0.2 * i) for i, b in enumerate(bodies)))
-            return list(statuses), service
+            def rounds_so_far() -> tuple[float | None, float | None]:
+                """How many rounds went to Kafka, and how many records they held."""
+                get = service.registry.get_sample_value
+                return get(f"{rounds}_count"), get(f"{rounds}_sum")
+
+            first = asyncio.create_task(post(bodies[0]))
+            await wait_until_async(
+                lambda: rounds_so_far() == (1, 5), 10, "the first request's round to start"
+            )
+            later = [asyncio.create_task(post(b)) for b in bodies[1:]]
+            # All 15 records await Kafka: the first round's 5 (not acknowledged yet) and
+            # the 10 of the later requests, waiting for the next round.
+            await wait_until_async(
+                lambda: service.producer.inflight_records == 15,
+                10,
+                "the later requests to arrive while the first round is in flight",
+            )
+            assert rounds_so_far() == (1, 5)
+            return [await first, *await asyncio.gather(*later)], service
 
     statuses, service = asyncio.run(scenario())
     assert statuses == [200, 200, 200]
-    rounds = "anchorwatch_ingest_produce_round_records"
+    # The two later requests went together, in the second round.
     assert service.registry.get_sample_value(f"{rounds}_count") == 2
     assert service.registry.get_sample_value(f"{rounds}_sum") == 15
     written = _records(job_settings, job_settings.topics.snapshots)

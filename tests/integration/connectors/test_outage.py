@@ -20,12 +20,21 @@ from anchorwatch.contracts import SnapshotEvent
 from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
 from anchorwatch.kafkaio import read_topic
 from anchorwatch.stack.stack import Stack
+from tests.support.waiting import wait_until_async
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BATCHES = 60
 PER_BATCH = 20
 SENDERS = 4
+# Each sender sends one batch per round (batch i is in round i // SENDERS), a round only
+# once what it waits for is observable. The rounds before STOPPING go at once, and the
+# broker is stopped only when they are answered 2xx and their records are read back from
+# the topic; from STOPPING they go as the broker stops (some are in flight as it goes);
+# from DOWN they wait until the service says Kafka is gone, so that some requests are
+# refused (503) and retried however quickly the rounds before went; BACK, the last round,
+# waits until Kafka is back.
+STOPPING, DOWN, BACK = 2, 12, BATCHES // SENDERS - 1
 
 
 @pytest.fixture
@@ -49,6 +58,7 @@ def test_kafka_down_then_back_loses_nothing_answered_2xx(private_stack: Stack) -
     )
     batches = _batches()
     saw_503: set[int] = set()
+    accepted: set[int] = set()
     readiness: list[int] = []
 
     async def scenario() -> None:
@@ -56,16 +66,24 @@ def test_kafka_down_then_back_loses_nothing_answered_2xx(private_stack: Stack) -
         port = await service.start()
         url = f"http://127.0.0.1:{port}"
         loop = asyncio.get_running_loop()
-        outage_done = asyncio.Event()
+        stopping, down, back = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
         async def kong(http: aiohttp.ClientSession, sender: int) -> None:
             # What Kong's queue does: resend a batch until it gets a 2xx. Several senders,
             # so that some batches are in flight when the broker goes.
             for i in range(sender, BATCHES, SENDERS):
+                round_ = i // SENDERS
+                if round_ >= STOPPING:
+                    await stopping.wait()
+                if round_ >= DOWN:
+                    await down.wait()
+                if round_ >= BACK:
+                    await back.wait()
                 body = orjson.dumps([to_kong_entry(e) for e in batches[i]])
                 for _ in range(200):
                     async with http.post(f"{url}/v1/kong", data=body) as r:
                         if r.status == 200:
+                            accepted.add(i)
                             break
                         assert r.status == 503, await r.text()
                         saw_503.add(i)
@@ -73,26 +91,45 @@ def test_kafka_down_then_back_loses_nothing_answered_2xx(private_stack: Stack) -
                 else:
                     raise AssertionError(f"batch {i} never accepted")
                 await asyncio.sleep(0.05)
-                if i >= BATCHES - 2 * SENDERS:
-                    await outage_done.wait()  # the last batches go to a broker that is back
+
+        def not_in_topic(event_ids: set[str]) -> set[str]:
+            written = read_topic(settings.kafka, settings.topics.snapshots, timeout_s=10)
+            return event_ids - {orjson.loads(m.value or b"")["event_id"] for m in written}
 
         async def outage(http: aiohttp.ClientSession) -> None:
             async def ready_status() -> int:
                 async with http.get(f"{url}/readyz") as r:
                     return r.status
 
-            await asyncio.sleep(0.5)  # some batches accepted first
+            # The first rounds accepted, and their records observably in Kafka.
+            first = set(range(STOPPING * SENDERS))
+            await wait_until_async(
+                lambda: first <= accepted, 60, f"batches {sorted(first)} to be answered 2xx"
+            )
+            want = {e.event_id for i in first for e in batches[i]}
+            deadline = loop.time() + 30
+            while missing := await loop.run_in_executor(None, not_in_topic, want):
+                assert loop.time() < deadline, (
+                    f"{len(missing)} of the {len(want)} events answered 2xx before the outage "
+                    f"are not in the topic after 30 s, e.g. {sorted(missing)[:3]}"
+                )
+                await asyncio.sleep(0.2)
+            stopping.set()
             await loop.run_in_executor(None, stack.kafka.stop)
             # Kafka stays away until the service has noticed: its readiness and a request.
             deadline = loop.time() + 60
-            while (status := await ready_status()) != 503 or not saw_503:
+            while True:
+                if (status := await ready_status()) == 503:
+                    down.set()
+                    if saw_503:
+                        break
                 assert loop.time() < deadline, (
                     f"after 60 s without Kafka: /readyz {status}, 503 answers {len(saw_503)}"
                 )
                 await asyncio.sleep(0.1)
             readiness.append(status)
             await loop.run_in_executor(None, stack.up)
-            outage_done.set()
+            back.set()
 
         async with aiohttp.ClientSession() as http:
             await asyncio.gather(outage(http), *(kong(http, k) for k in range(SENDERS)))
@@ -103,6 +140,7 @@ def test_kafka_down_then_back_loses_nothing_answered_2xx(private_stack: Stack) -
     asyncio.run(scenario())
 
     assert saw_503, "the outage was not noticed by any request"
+    assert not saw_503 & set(range(STOPPING * SENDERS)), "a batch before the outage was refused"
     assert readiness == [503, 200]
     seen = Counter(
         orjson.loads(m.value or b"")["event_id"]

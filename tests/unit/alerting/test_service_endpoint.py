@@ -236,6 +236,30 @@ def test_a_stop_is_bounded_while_a_call_hangs(tmp_path: Path, slack: LocalSlackW
     assert rows[0]["status"] == "attempting"
 
 
+def _answering_200(url: str, process: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
+    """Return once ``url`` answers 200. Fail, saying what it last answered (a status and
+    body, or the connection error) and the end of the service's log, if the process exits
+    first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    last = "nothing yet"
+    while True:
+        try:
+            answer = requests.get(url, timeout=1)
+            if answer.status_code == 200:
+                return
+            last = f"HTTP {answer.status_code} {answer.text[:200]!r}"
+        except requests.RequestException as error:
+            last = f"{type(error).__name__}: {error}"
+        if (code := process.poll()) is not None:
+            problem = f"the service exited ({code}) before {url} answered 200"
+        elif time.monotonic() > deadline:
+            problem = f"{url} did not answer 200 within {timeout_s}s"
+        else:
+            time.sleep(0.1)
+            continue
+        raise AssertionError(f"{problem}; last seen: {last}; log:\n{log.read_text()[-2000:]}")
+
+
 def test_serve_exits_within_10_s_of_sigterm_when_a_call_hangs(
     tmp_path: Path, slack: LocalSlackWithHistory
 ) -> None:
@@ -257,13 +281,7 @@ def test_serve_exits_within_10_s_of_sigterm_when_a_call_hangs(
         )
         try:
             url = f"http://127.0.0.1:{config['alerting']['metrics_port']}/healthz"
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                try:
-                    if requests.get(url, timeout=1).status_code == 200:
-                        break
-                except requests.RequestException:
-                    time.sleep(0.1)
+            _answering_200(url, process, log, timeout_s=20)
             _sender_inside_its_post(slack)
             started = time.monotonic()
             process.send_signal(signal.SIGTERM)

@@ -166,6 +166,30 @@ def test_verdict_id_is_deterministic_and_distinguishes_inputs() -> None:
     assert len(ids) == 4
 
 
+#: (doc type, window start, job version) -> the id the code gave it when this was written.
+#: The non-ASCII doc types are escapes, so that no editor's Unicode normalisation changes
+#: the input: "ü" as one code point (NFC), and a CJK doc type with Slack markup in it.
+VERDICT_IDS = [
+    ("invoice", 1_764_403_200_000, "5", "v1-fe6185433dd5bb32f252e3afccefcd11"),
+    ("Rechnung f\u00fcr Kunden", 1_764_403_260_000, "5", "v1-1fb214e07b7e137e37782cd402da77a4"),
+    ("\u8acb\u6c42\u66f8 <!here>", 1_764_406_800_000, "4", "v1-e38d72c814d97de4886b1a231e03db1b"),
+]
+
+
+@pytest.mark.parametrize(("doc_type", "window_start_ms", "job_version", "expected"), VERDICT_IDS)
+def test_verdict_id_known_answers(
+    doc_type: str, window_start_ms: int, job_version: str, expected: str
+) -> None:
+    """The ids pinned, as the code produced them when this test was written. The Kafka
+    sinks are at-least-once and consumers deduplicate verdicts by id, the alerting service
+    first (its recent verdict ids, kept across restarts: ``alerting.recent_verdict_ids``).
+    An upgrade that changed how an id is made (the hash, the separator, the encoding, the
+    prefix) would give a verdict re-read across the upgrade (a replay, a redelivery) an id
+    that was never seen, and deduplication would break across it. Changing ids needs a
+    plan for that, not just new expected values here."""
+    assert verdict_id(doc_type, window_start_ms, job_version) == expected
+
+
 def test_cross_field_rules() -> None:
     with pytest.raises(ContractError, match="window_end_ms"):
         decode(
