@@ -6,7 +6,10 @@ turn: busy ~100 requests per window, normal ~20, sparse ~2 (Poisson counts; wind
 requests are absent, as in the drift job), and ``fixed`` with exactly 100 requests and
 nothing but count and mean, like a metric exported per minute). Every type has a short fit
 history (1, 2 or 3 days, in turn) and then ``eval_days`` of one-minute windows to replay;
-anomalies are injected in the replayed span only.
+anomalies are injected in the replayed span only. The ``daily`` family differs: five-minute
+windows (``Scenario.window_ms``, ``family_window_ms``), every type ``fixed`` with exactly two
+days of history; there, "window" and every index into a type's arrays mean a five-minute
+sample, not a minute.
 
 A window's mean is ``clip(center + season + noise + injected, 0, 1)`` plus, for the Poisson
 tiers, the sampling noise of a mean over n requests (``request_sigma / sqrt(n)``).
@@ -30,6 +33,28 @@ Families:
 - ``trend``: drift creeping up linearly over 6-30 hours, holding for 1-6 hours, then back.
 - ``drops``: the level falls to a new low (anchors stripped upstream: drift near 0, and for
   the Poisson tiers a zero-anchor share near 1) or goes flat (stops varying); jumps too.
+- ``bursty``: a request-count-like series: a level plus overdispersed (Poisson-gamma, i.e.
+  negative-binomial, normalised) noise, and ordinary *bursts*: 1-6 per hour (by type) a window
+  jumps up and falls back the next (one burst in five lasts two windows); burst heights are
+  lognormal (median 3 sigma) truncated at the type's ``burst_cap`` (8-12 sigma, at most
+  ``BURST_CAP_LIMIT``), in the fit history as in the replay, never labelled (a page on one is
+  false). Labelled: jumps lasting 5-60 windows of 2-3 typical burst heights (at least
+  ``PRACTICAL_MARGIN``), and, except on sparse types, two single-window spikes (``spike``)
+  that break the type's record: 1.5-2 times ``burst_cap`` (at least ``PRACTICAL_MARGIN``).
+- ``spiky``: a byte-counter-like series (disk writes): a low quiet level (0.02-0.05) with
+  gamma (positively skewed) noise of 15-30 % of it, and ordinary spikes of 1-2 windows at a
+  rate from 4 a day to 4 an hour (by type), lognormal heights with the window at 3 times the
+  level typically and up to 10 times (``burst_cap``: 5-9 times the level), unlabelled.
+  Labelled as in ``bursty``: jumps (5-60 windows, 2-3 typical spike heights, at least
+  ``PRACTICAL_MARGIN``) and two record-breaking single-window spikes.
+- ``daily``: a smooth daily wave (a sine of amplitude 0.05-0.2) sampled every five minutes,
+  ``fixed`` tier for every type (count 100, no sd), exactly two days of history; even type
+  indexes noiseless, odd ones with Gaussian noise of 2-5 % of the amplitude; values rounded
+  to 4 places. Labelled: one jump a day of 3-12 windows (15-60 minutes), +0.1 to +0.2 on top
+  of the wave. The wave's peak is not an anomaly: a page there is false.
+- ``quiet``: no incident at all, no label: every page is false. The types borrow the series
+  of other families in turn (``QUIET_KINDS``: ar1 with its moderate spikes, heavy, bursty,
+  flat with its grid spikes, seasonal, spiky; ``TypeSpec.kind``), with 1-3 days of history.
 
 Decisions the labels encode (``ScenarioLabel.expect``):
 
@@ -39,7 +64,9 @@ Decisions the labels encode (``ScenarioLabel.expect``):
   ``max(PRACTICAL_MARGIN, 5 sigma)``: its ``due_ms``, from which its delay counts (an
   earlier page on the creep is true, with a delay of 0 or less). A single window of moderate
   size (3-6 sigma, at most ``MODERATE_SPIKE_CAP``) is noise and is not labelled: an alert on
-  it is a false alarm.
+  it is a false alarm. In ``bursty`` and ``spiky`` the ordinary bursts (up to the type's
+  ``burst_cap``, kept in ``TypeSeries.bursts``) are that noise, and a ``spike`` is a window
+  at least 1.5 times ``burst_cap`` above the level, whatever ``HUGE_SPIKE`` says.
 - ``absorb``: a level shift: must page once, then stop paging (the new level is normal).
 - ``diagnose``: a drop or a flat line (``drop``, ``flat_line``): not a drift incident; the
   verdicts should name it with one of the label's ``codes``.
@@ -53,7 +80,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
 from anchorwatch.backtest import Label
@@ -80,7 +107,34 @@ Expect = Literal["alert", "absorb", "diagnose"]
 Tier = Literal["busy", "normal", "sparse", "fixed"]
 TIERS: Final[tuple[Tier, ...]] = ("busy", "normal", "sparse", "fixed")
 TIER_RATE: Final[dict[Tier, int]] = {"busy": 100, "normal": 20, "sparse": 2, "fixed": 100}
-FAMILIES: Final = ("iid", "ar1", "flat", "heavy", "shift", "seasonal", "trend", "drops")
+FAMILIES: Final = (
+    "iid",
+    "ar1",
+    "flat",
+    "heavy",
+    "shift",
+    "seasonal",
+    "trend",
+    "drops",
+    "bursty",
+    "spiky",
+    "daily",
+    "quiet",
+)
+#: The ``daily`` family's window: five minutes (every other family: one minute).
+DAILY_WINDOW_MS: Final = 5 * MINUTE_MS
+#: The ``daily`` family's fit history, the same for every type.
+DAILY_FIT_DAYS: Final = 2
+#: The series the ``quiet`` family's types borrow, in turn.
+QUIET_KINDS: Final = ("ar1", "heavy", "bursty", "flat", "seasonal", "spiky")
+#: No ordinary burst of a ``bursty`` type is taller than this, whatever its sigma.
+BURST_CAP_LIMIT: Final = 0.25
+#: The lognormal spread (sd of the log) of ordinary burst heights.
+BURST_SPREAD: Final = 0.7
+#: The share of ordinary bursts that last two windows (the rest: one).
+TWO_WINDOW_BURSTS: Final = 0.2
+#: A labelled record spike: this many times the type's ``burst_cap`` (a range).
+RECORD_FACTOR: Final = (1.5, 2.0)
 AR1_PHIS: Final = (0.5, 0.8, 0.9, 0.97)
 #: Diagnosis codes that name a drop or a flat line in a verdict's reasons.
 DROP_CODES: Final = ("drift_drop",)
@@ -112,8 +166,14 @@ class TypeSpec:
     sigma: float  # marginal sd of the noise process
     request_sigma: float  # sd of one request's drift (Poisson tiers)
     phi: float  # lag-1 autocorrelation of the noise process
-    amplitude: float = 0.0  # daily cycle (seasonal family)
+    amplitude: float = 0.0  # daily cycle (seasonal, daily)
     phase: float = 0.0
+    kind: str = ""  # the series' model when not the family's own (quiet: one of QUIET_KINDS)
+    # Ordinary (unlabelled) bursts (bursty, spiky): the chance a window starts one, the
+    # median height and the largest height the generator can produce, above the level.
+    burst_rate: float = 0.0
+    burst_median: float = 0.0
+    burst_cap: float = 0.0
 
     @property
     def rate(self) -> int:
@@ -131,10 +191,12 @@ class TypeSeries:
     spec: TypeSpec
     windows: list[WindowAggregate]  # fit history, then the replayed span; in time order
     labels: list[ScenarioLabel]
-    # Per minute from the first of the fit history: what was added to the level, and whether
-    # the value was replaced (drops, flat lines). For checks and plots.
+    # Per window (a minute; daily: five) from the first of the fit history: what was added to
+    # the level, and whether the value was replaced (drops, flat lines); the ordinary bursts
+    # in the noise (bursty, spiky; empty for the others). For checks and plots.
     injected: list[float]
     held: list[bool]
+    bursts: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -144,6 +206,7 @@ class Scenario:
     eval_start_ms: int  # where every type's fit history ends and its replay starts
     eval_end_ms: int
     types: tuple[TypeSeries, ...]
+    window_ms: int = MINUTE_MS  # every window's size (family_window_ms)
 
     @property
     def windows(self) -> list[WindowAggregate]:
@@ -164,26 +227,41 @@ def scenario(family: str, seed: int = 1, *, types: int = 12, eval_days: int = 7)
     eval_start = START_MS + MAX_FIT_DAYS * DAY_MINUTES * MINUTE_MS
     series = tuple(_type_series(family, seed, i, eval_start, eval_days) for i in range(types))
     return Scenario(
-        family, seed, eval_start, eval_start + eval_days * DAY_MINUTES * MINUTE_MS, series
+        family,
+        seed,
+        eval_start,
+        eval_start + eval_days * DAY_MINUTES * MINUTE_MS,
+        series,
+        family_window_ms(family),
     )
+
+
+def family_window_ms(family: str) -> int:
+    """The size of a family's windows."""
+    return DAILY_WINDOW_MS if family == "daily" else MINUTE_MS
 
 
 # --------------------------------------------------------------------------- one type
 
 
 class _Series:
-    """The arrays of one type, minute by minute from the start of its fit history."""
+    """The arrays of one type, window by window (``window_ms`` each: a minute, or five for
+    the daily family) from the start of its fit history. Indexes are windows: ``day`` and
+    ``hour`` convert."""
 
-    def __init__(self, spec: TypeSpec, minutes: int, first_ms: int) -> None:
-        self.spec, self.minutes, self.first_ms = spec, minutes, first_ms
-        self.added = [0.0] * minutes  # injected offsets on top of the level
-        self.fixed: list[float | None] = [None] * minutes  # drops and flat lines: the value
-        self.flat = [False] * minutes  # flat lines: the requests' drift stops varying too
-        self.zero_share = [0.0] * minutes
+    def __init__(self, spec: TypeSpec, samples: int, first_ms: int, window_ms: int) -> None:
+        self.spec, self.samples, self.first_ms = spec, samples, first_ms
+        self.window_ms = window_ms
+        self.day = DAY_MINUTES * MINUTE_MS // window_ms  # windows per day
+        self.hour = HOUR_MINUTES * MINUTE_MS // window_ms
+        self.added = [0.0] * samples  # injected offsets on top of the level
+        self.fixed: list[float | None] = [None] * samples  # drops and flat lines: the value
+        self.flat = [False] * samples  # flat lines: the requests' drift stops varying too
+        self.zero_share = [0.0] * samples
         self.labels: list[ScenarioLabel] = []
 
-    def ms(self, minute: int) -> int:
-        return self.first_ms + minute * MINUTE_MS
+    def ms(self, index: int) -> int:
+        return self.first_ms + index * self.window_ms
 
     def label(
         self,
@@ -209,7 +287,7 @@ class _Series:
         )
 
     def add(self, start: int, end: int, offset: float) -> None:
-        for m in range(start, min(end, self.minutes)):
+        for m in range(start, min(end, self.samples)):
             self.added[m] += offset
 
 
@@ -217,21 +295,26 @@ def _type_series(
     family: str, seed: int, index: int, eval_start_ms: int, eval_days: int
 ) -> TypeSeries:
     rng = random.Random(f"anchorwatch-scenario/{family}/{seed}/{index}")
-    tier = TIERS[index % len(TIERS)]
-    fit_days = 1 + index % MAX_FIT_DAYS
+    daily = family == "daily"
+    tier: Tier = "fixed" if daily else TIERS[index % len(TIERS)]
+    fit_days = DAILY_FIT_DAYS if daily else 1 + index % MAX_FIT_DAYS
     spec = _spec(rng, family, index, tier, fit_days)
-    eval_minutes = eval_days * DAY_MINUTES
+    window_ms = family_window_ms(family)
+    day = DAY_MINUTES * MINUTE_MS // window_ms
     s = _Series(
-        spec,
-        (fit_days + eval_days) * DAY_MINUTES,
-        eval_start_ms - fit_days * DAY_MINUTES * MINUTE_MS,
+        spec, (fit_days + eval_days) * day, eval_start_ms - fit_days * day * window_ms, window_ms
     )
-    first = fit_days * DAY_MINUTES  # first replayed minute
-    _INJECT[family](rng, s, first, eval_minutes)
-    noise = _noise(rng, family, spec, s.minutes)
-    windows = _windows(rng, family, s, noise)
+    first = fit_days * day  # first replayed window
+    _INJECT[family](rng, s, first, eval_days * day)
+    kind = spec.kind or family
+    noise = _noise(rng, kind, spec, s.samples)
+    bursts = _bursts(rng, spec, s.samples) if spec.burst_rate else []
+    if bursts:
+        noise = [x + b for x, b in zip(noise, bursts, strict=True)]
+    windows = _windows(rng, kind, s, noise)
     held = [v is not None for v in s.fixed]
-    return TypeSeries(spec, windows, sorted(s.labels, key=_label_key), s.added, held)
+    labels = sorted(s.labels, key=_label_key)
+    return TypeSeries(spec, windows, labels, s.added, held, bursts)
 
 
 def _label_key(lab: ScenarioLabel) -> tuple[int, int]:
@@ -239,6 +322,17 @@ def _label_key(lab: ScenarioLabel) -> tuple[int, int]:
 
 
 def _spec(rng: random.Random, family: str, index: int, tier: Tier, fit_days: int) -> TypeSpec:
+    name = f"{family}-{index:02d}-{tier}"
+    if family == "bursty":
+        return _bursty_spec(rng, name, tier, fit_days)
+    if family == "spiky":
+        return _spiky_spec(rng, name, tier, fit_days)
+    if family == "daily":
+        return _daily_spec(rng, name, index, fit_days)
+    if family == "quiet":
+        kind = QUIET_KINDS[index % len(QUIET_KINDS)]
+        spec = _spec(rng, kind, index, tier, fit_days)
+        return replace(spec, name=f"{name}-{kind}", kind=kind)
     low, high = (0.03, 0.06) if tier == "fixed" else (0.01, 0.04)
     if family == "heavy":
         low, high = low / 2, high / 2  # the tail, not the scale, is the difficulty
@@ -260,26 +354,120 @@ def _spec(rng: random.Random, family: str, index: int, tier: Tier, fit_days: int
     return spec
 
 
-def _noise(rng: random.Random, family: str, spec: TypeSpec, minutes: int) -> list[float]:
+def _bursty_spec(rng: random.Random, name: str, tier: Tier, fit_days: int) -> TypeSpec:
+    spec = TypeSpec(
+        name=name,
+        tier=tier,
+        fit_days=fit_days,
+        center=rng.uniform(0.1, 0.35),
+        sigma=rng.uniform(0.006, 0.015),
+        request_sigma=rng.uniform(0.02, 0.04),
+        phi=0.0,
+    )
+    ms = spec.marginal_sigma
+    return replace(
+        spec,
+        burst_rate=rng.uniform(1.0, 6.0) / HOUR_MINUTES,
+        burst_median=3.0 * ms,
+        burst_cap=min(BURST_CAP_LIMIT, rng.uniform(8.0, 12.0) * ms),
+    )
+
+
+def _spiky_spec(rng: random.Random, name: str, tier: Tier, fit_days: int) -> TypeSpec:
+    center = rng.uniform(0.02, 0.05)
+    # From 4 spikes a day to 4 an hour, log-uniformly.
+    rate = math.exp(rng.uniform(math.log(4 / DAY_MINUTES), math.log(4 / HOUR_MINUTES)))
+    return TypeSpec(
+        name=name,
+        tier=tier,
+        fit_days=fit_days,
+        center=center,
+        sigma=center * rng.uniform(0.15, 0.3),
+        request_sigma=center * rng.uniform(0.2, 0.4),  # requests vary with the level
+        phi=0.0,
+        burst_rate=rate,
+        burst_median=2.0 * center,  # the window at 3 times the level
+        burst_cap=rng.uniform(5.0, 9.0) * center,  # up to 10 times
+    )
+
+
+def _daily_spec(rng: random.Random, name: str, index: int, fit_days: int) -> TypeSpec:
+    amplitude = rng.uniform(0.05, 0.2)
+    noisy = index % 2 == 1
+    return TypeSpec(
+        name=name,
+        tier="fixed",
+        fit_days=fit_days,
+        center=rng.uniform(0.25, 0.5),
+        sigma=amplitude * rng.uniform(0.02, 0.05) if noisy else 0.0,
+        request_sigma=0.0,
+        phi=0.0,
+        amplitude=amplitude,
+        phase=rng.uniform(0.0, 2 * math.pi),
+    )
+
+
+def _noise(rng: random.Random, kind: str, spec: TypeSpec, samples: int) -> list[float]:
     """The noise process: Gaussian AR(1) with marginal sd sigma (phi 0: independent),
-    Student-t(3) for the heavy family, a held grid level for the flat family."""
+    Student-t(3) for the heavy family, a held grid level for the flat family, normalised
+    Poisson-gamma counts for bursty, gamma for spiky (both sd sigma, bursts aside), nothing
+    for a noiseless daily type (sigma 0)."""
     sigma = spec.sigma
-    if family == "heavy":
+    if kind == "bursty":
+        return _count_noise(rng, sigma, samples)
+    if kind == "spiky":
+        shape = (spec.center / sigma) ** 2  # gamma(k, center / k): mean center, sd sigma
+        return [spec.center * (rng.gammavariate(shape, 1.0 / shape) - 1.0) for _ in range(samples)]
+    if kind == "daily" and sigma == 0.0:
+        return [0.0] * samples
+    if kind == "heavy":
         scale = sigma / math.sqrt(3.0)  # a t(3) variable has variance 3
         out = []
-        for _ in range(minutes):
+        for _ in range(samples):
             t = rng.gauss(0.0, 1.0) / math.sqrt(rng.gammavariate(1.5, 2.0) / 3.0)
             out.append(max(-MODERATE_SPIKE_CAP, min(MODERATE_SPIKE_CAP, scale * t)))
         return out
-    if family == "flat":
-        return _grid_walk(rng, minutes)
+    if kind == "flat":
+        return _grid_walk(rng, samples)
     phi = spec.phi
     innovation = sigma * math.sqrt(1.0 - phi * phi)
     x = rng.gauss(0.0, sigma)
     out = []
-    for _ in range(minutes):
+    for _ in range(samples):
         out.append(x)
         x = phi * x + rng.gauss(0.0, innovation)
+    return out
+
+
+def _count_noise(rng: random.Random, sigma: float, samples: int) -> list[float]:
+    """A request count per window, Poisson with a gamma-distributed rate (negative binomial:
+    overdispersed, skewed up), as its relative deviation from the mean count, scaled to sd
+    sigma."""
+    mean = rng.uniform(50.0, 500.0)
+    shape = rng.uniform(8.0, 30.0)
+    scale = sigma / math.sqrt(1.0 / mean + 1.0 / shape)
+    return [
+        scale * (_poisson(rng, mean * rng.gammavariate(shape, 1.0 / shape)) / mean - 1.0)
+        for _ in range(samples)
+    ]
+
+
+def _bursts(rng: random.Random, spec: TypeSpec, samples: int) -> list[float]:
+    """Ordinary bursts: each window starts one with chance ``burst_rate``; it lasts one window
+    or (``TWO_WINDOW_BURSTS``) two, the second lower. Heights: lognormal around
+    ``burst_median``, drawn again above ``burst_cap`` (so the cap is the record)."""
+    out = [0.0] * samples
+    m = 0
+    while m < samples:
+        if rng.random() < spec.burst_rate:
+            height = spec.burst_cap + 1.0
+            while height > spec.burst_cap:
+                height = spec.burst_median * math.exp(rng.gauss(0.0, BURST_SPREAD))
+            out[m] = height
+            if rng.random() < TWO_WINDOW_BURSTS and m + 1 < samples:
+                m += 1
+                out[m] = height * rng.uniform(0.3, 1.0)
+        m += 1
     return out
 
 
@@ -307,27 +495,29 @@ def _poisson(rng: random.Random, lam: float) -> int:
 
 
 def _windows(
-    rng: random.Random, family: str, s: _Series, noise: list[float]
+    rng: random.Random, kind: str, s: _Series, noise: list[float]
 ) -> list[WindowAggregate]:
     spec = s.spec
     out = []
     per_request = spec.tier != "fixed"
-    for m in range(s.minutes):
+    for m in range(s.samples):
         n = _poisson(rng, spec.rate) if per_request else spec.rate
         if n == 0:
             continue
         season = 0.0
         if spec.amplitude:
-            season = spec.amplitude * math.sin(2 * math.pi * m / DAY_MINUTES + spec.phase)
+            season = spec.amplitude * math.sin(2 * math.pi * m / s.day + spec.phase)
         value = spec.center + season + noise[m] + s.added[m]
-        if per_request and family != "flat":
+        if per_request and kind != "flat":
             value += rng.gauss(0.0, spec.request_sigma / math.sqrt(n))
         held = s.fixed[m]
         if held is not None:
             value = held
         value = min(1.0, max(0.0, value))
-        if family == "flat":
+        if kind == "flat":
             value = round(value / GRID) * GRID
+        elif kind == "daily":
+            value = round(value, 4)
         stddev = zero = None
         if per_request:
             zero = s.zero_share[m]
@@ -341,7 +531,7 @@ def _windows(
             WindowAggregate.model_construct(
                 doc_type=spec.name,
                 window_start_ms=start,
-                window_end_ms=start + MINUTE_MS,
+                window_end_ms=start + s.window_ms,
                 request_count=n,
                 mean_drift=value,
                 stddev_drift=stddev,
@@ -355,17 +545,18 @@ def _windows(
 
 
 def _slots(
-    rng: random.Random, first: int, span: int, durations: list[int]
+    rng: random.Random, first: int, span: int, durations: list[int], gap: int = GAP_MINUTES
 ) -> list[tuple[int, int]]:
-    """Non-overlapping (start, end) minutes for events of the given durations: the span is cut
-    in equal segments, one event placed at random inside each, GAP_MINUTES from its edges."""
+    """Non-overlapping (start, end) windows for events of the given durations: the span is cut
+    in equal segments, one event placed at random inside each, ``gap`` windows (GAP_MINUTES
+    of one-minute windows) from its edges."""
     size = span // len(durations)
     out = []
     for i, d in enumerate(durations):
-        room = size - 2 * GAP_MINUTES - d
+        room = size - 2 * gap - d
         if room < 0:
             raise ValueError("scenario: events do not fit into the span")
-        start = first + i * size + GAP_MINUTES + rng.randrange(room + 1)
+        start = first + i * size + gap + rng.randrange(room + 1)
         out.append((start, start + d))
     return out
 
@@ -385,12 +576,12 @@ def _huge_spike(rng: random.Random, s: _Series, start: int) -> None:
 def _noise_spikes(rng: random.Random, s: _Series, per_day: int, size: Callable[[], float]) -> None:
     """Unlabelled single-window spikes (noise), kept an hour away from every label."""
     busy = [
-        ((lab.start_ms - s.first_ms) // MINUTE_MS, (lab.end_ms - s.first_ms) // MINUTE_MS)
+        ((lab.start_ms - s.first_ms) // s.window_ms, (lab.end_ms - s.first_ms) // s.window_ms)
         for lab in s.labels
     ]
-    for _ in range(per_day * s.minutes // DAY_MINUTES):
-        m = rng.randrange(s.minutes)
-        if all(m < a - HOUR_MINUTES or m >= b + HOUR_MINUTES for a, b in busy):
+    for _ in range(per_day * s.samples // s.day):
+        m = rng.randrange(s.samples)
+        if all(m < a - s.hour or m >= b + s.hour for a, b in busy):
             s.add(m, m + 1, size())
 
 
@@ -508,6 +699,41 @@ def _inject_seasonal(rng: random.Random, s: _Series, first: int, span: int) -> N
     _inject_iid(rng, s, first, span)
 
 
+def _inject_bursts(rng: random.Random, s: _Series, first: int, span: int) -> None:
+    """Jumps above the ordinary bursts and, except on sparse types, two record spikes (the
+    bursts themselves are in the noise, see ``_bursts``)."""
+    n = span // s.day + 1
+    durations = _durations(rng, n)
+    spikes = set() if s.spec.tier == "sparse" else set(rng.sample(range(n), 2))
+    for i, (start, end) in enumerate(_slots(rng, first, span, durations)):
+        if i in spikes:
+            size = max(PRACTICAL_MARGIN, rng.uniform(*RECORD_FACTOR) * s.spec.burst_cap)
+            s.add(start, start + 1, size)
+            s.label(start, start + 1, "spike", size)
+        else:
+            size = max(PRACTICAL_MARGIN, rng.uniform(2.0, 3.0) * s.spec.burst_median)
+            s.add(start, end, size)
+            s.label(start, end, "jump", size)
+
+
+def _inject_daily(rng: random.Random, s: _Series, first: int, span: int) -> None:
+    """A jump a day, 3-12 windows (15-60 minutes), anywhere on the wave."""
+    durations = [rng.randint(3, 12) for _ in range(span // s.day)]
+    gap = GAP_MINUTES * MINUTE_MS // s.window_ms
+    for start, end in _slots(rng, first, span, durations, gap):
+        size = rng.uniform(PRACTICAL_MARGIN, 2 * PRACTICAL_MARGIN)
+        s.add(start, end, size)
+        s.label(start, end, "jump", size)
+
+
+def _inject_quiet(rng: random.Random, s: _Series, first: int, span: int) -> None:
+    """No incident: only the unlabelled single-window spikes of the kinds that have them."""
+    if s.spec.kind == "ar1":
+        _noise_spikes(rng, s, 4, _moderate(rng, s))
+    elif s.spec.kind == "flat":
+        _noise_spikes(rng, s, 6, lambda: rng.randint(1, 3) * GRID)
+
+
 _INJECT: Final[dict[str, Callable[[random.Random, _Series, int, int], None]]] = {
     "iid": _inject_iid,
     "ar1": _inject_ar1,
@@ -517,4 +743,8 @@ _INJECT: Final[dict[str, Callable[[random.Random, _Series, int, int], None]]] = 
     "seasonal": _inject_seasonal,
     "trend": _inject_trend,
     "drops": _inject_drops,
+    "bursty": _inject_bursts,
+    "spiky": _inject_bursts,
+    "daily": _inject_daily,
+    "quiet": _inject_quiet,
 }

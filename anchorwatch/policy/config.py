@@ -238,7 +238,11 @@ class PolicyConfig(Section):
         "weekly cycle is fitted: per day-of-week offsets on top of the hourly profile.",
     )
     seasonal_min_windows_per_hour: int = Field(
-        30, ge=1, le=100_000, description="Windows each hour of day needs."
+        30,
+        ge=1,
+        le=100_000,
+        description="Windows each hour of day needs (or half its slots on the days it was "
+        "seen, for windows longer than a minute).",
     )
     seasonal_min_gain: float = Field(
         0.1,

@@ -42,8 +42,8 @@ from typing import Any
 
 from anchorwatch.contracts import Baseline, WindowAggregate
 from anchorwatch.policy.config import PolicyConfig
-from anchorwatch.policy.incidents import IncidentTracker
-from anchorwatch.policy.tail import SPIKE_WINDOWS, spike_record
+from anchorwatch.policy.incidents import MIN_SPIKE_WINDOWS, IncidentTracker, final_incidents
+from anchorwatch.policy.tail import MIN_SPIKES, spike_record, spikes
 from anchorwatch.policy.window import (
     DAY_MS,
     HOUR_MS,
@@ -102,13 +102,15 @@ def fit_baseline(
 ) -> FitResult:
     """Fit one type from its windows (any order; windows without requests are ignored).
 
-    Twice, when the history holds sustained excursions (``excursions``: ``EXCURSION_WINDOWS``
-    windows or more above the first fit's threshold): the type is fitted again without
-    them, while they are under half the history. Median and MAD shrug incidents off, but
+    Twice, when the history holds incidents: the policy itself, run over the history with
+    the first fit and its spike record, finds the excursions it would have raised, and the
+    type is fitted again without their windows. Median and MAD shrug incidents off, but
     neighbouring windows inside one do not look independent: on a sparse type a few short
     incidents read as a lag-1 autocorrelation of 0.2-0.35, which discounts the pooled
-    evidence live and hides the next incident. Short highs stay in: they are the type's
-    ordinary spikes, and its spike record and page budget are read on them (``_budgeted``)."""
+    evidence live and hides the next incident. The spike record keeps a heavy-tailed
+    type's ordinary highs out of those excursions (they are what it is fitted on), and the
+    page budget catches what the tighter second fit would page on (``_budgeted``). As with
+    a refit, the excursions are dropped only while they are under half the history."""
     kw = {
         "fitted_at_ms": fitted_at_ms,
         "history_start_ms": history_start_ms,
@@ -118,62 +120,70 @@ def fit_baseline(
     first = _fit_once(doc_type, ws, policy, **kw)
     if first.baseline.status != "fitted":
         return first
-    spans = excursions(ws, first.baseline)
+    # The first fit's record holds its single-window spikes only: incidents of three
+    # windows or more in the history must not pass for the type's ordinary spikes.
+    spiky = _with_record(ws, first.baseline, policy, lengths=MIN_SPIKE_WINDOWS)
+    spans = excursions(doc_type, ws, spiky, policy)
     kept = [w for w in ws if not any(a <= w.window_start_ms < b for a, b in spans)]
     if not spans or 2 * len(kept) < len(ws):
-        return _budgeted(ws, ws, [], first, policy)
+        return _budgeted(ws, kept, spans, first, policy)
     second = _fit_once(doc_type, kept, policy, **kw)
     note = (
-        f"{len(ws) - len(kept)} windows inside {len(spans)} sustained excursion(s) of the "
-        "history left out of the fit"
+        f"{len(ws) - len(kept)} windows inside {len(spans)} excursion(s) the policy finds in "
+        "the history left out of the fit"
     )
     return _budgeted(ws, kept, spans, FitResult(second.baseline, (*second.notes, note)), policy)
 
 
-#: Windows above the threshold (gaps of up to ``EXCURSION_GAP`` empty slots allowed) that
-#: make an excursion the fit leaves out: longer than any spike an ordinary type shows.
-EXCURSION_WINDOWS = 5
-EXCURSION_GAP = 2
+def excursions(
+    doc_type: str, ws: Sequence[WindowAggregate], baseline: Baseline, policy: PolicyConfig
+) -> list[tuple[int, int]]:
+    """[start, end) of every incident the policy raises on ``ws`` (in time order) against
+    ``baseline``: from its first breaching window to its resolution (or the history's
+    end)."""
+    if not ws:
+        return []
+    # Each excursion on its own: a storm's one long incident would swallow the history.
+    singly = policy.model_copy(
+        update={"rules": tuple(r.model_copy(update={"storm_after": 0}) for r in policy.rules)}
+    )
+    changes = IncidentTracker(singly, {doc_type: baseline}).replay(ws)
+    end = ws[-1].window_end_ms
+    return sorted(
+        (i.first_breach_ms, i.resolved_at_ms if i.resolved_at_ms is not None else end)
+        for i in final_incidents(changes)
+    )
 
 
-def excursions(ws: Sequence[WindowAggregate], baseline: Baseline) -> list[tuple[int, int]]:
-    """[start, end) of every sustained excursion of ``ws`` (in time order) above
-    ``baseline``: ``EXCURSION_WINDOWS`` or more windows above center + half the margin (the
-    recovery level), one window back below it allowed, until two in a row are back (or the
-    history ends). Read off the series alone, so the fit does not depend on the incident
-    rules' replay (their pooling, hysteresis and re-opening)."""
-    spans: list[tuple[int, int]] = []
-    run_start: int | None = None
-    above = below = 0
-    last_ms: int | None = None
-    size = ws[0].window_end_ms - ws[0].window_start_ms if ws else 60_000
-
-    def close(end_ms: int) -> None:
-        nonlocal run_start, above, below
-        if run_start is not None and above >= EXCURSION_WINDOWS:
-            spans.append((run_start, end_ms))
-        run_start, above, below = None, 0, 0
-
-    for w in ws:
-        now = baseline_at(baseline, w.window_start_ms)
-        if last_ms is not None and w.window_start_ms - last_ms > (EXCURSION_GAP + 1) * size:
-            close(last_ms + size)
-        last_ms = w.window_start_ms
-        if w.mean_drift > now.center + 0.5 * (now.threshold - now.center):
-            run_start = w.window_start_ms if run_start is None else run_start
-            above, below = above + 1, 0
-        elif run_start is not None:
-            below += 1
-            if below >= 2:
-                close(w.window_start_ms)
-    if ws:
-        close(ws[-1].window_end_ms)
-    return spans
+def _with_record(
+    ws: Sequence[WindowAggregate],
+    baseline: Baseline,
+    policy: PolicyConfig,
+    *,
+    lengths: int | None = None,
+) -> Baseline:
+    """``baseline`` with the spike record of ``ws`` (see ``tail.spike_record``), read at a
+    risk per window of the page budget over a week's windows; with ``lengths``, every
+    length up to it held to the single windows' record (a record of single spikes)."""
+    size = max(ws[0].window_end_ms - ws[0].window_start_ms, 1)
+    risk = policy.page_budget * size / WEEK_MS
+    residuals = _slot_residuals(ws, baseline)
+    margin = baseline.threshold - baseline.center
+    # A history that shows few spikes above the threshold keeps a record that holds none
+    # (capped at the margin): a handful are as likely the incidents a history holds as
+    # its habits.
+    record = spike_record(residuals, risk, margin)
+    if spikes(residuals, margin) < MIN_SPIKES:
+        record = [min(r, margin) for r in record]
+    if lengths is not None:
+        record = [record[0]] * lengths
+    return baseline.model_copy(update={"spike_record": record, "page_budget": policy.page_budget})
 
 
 #: How far each replay that pages beyond the budget widens the margins, and how often.
 BUDGET_STEP = 1.25
 BUDGET_STEPS = 4
+FORGIVEN_PAGES = 2
 WEEK_MS = 7 * DAY_MS
 
 
@@ -187,20 +197,20 @@ def _budgeted(
     """The fitted baseline with its spike record, and its thresholds raised until the
     history's replay keeps the page budget.
 
-    The record (``tail.spike_record``) is read on the windows the fit kept, conclusive ones
-    only, at a risk per window of the budget over a week's windows (split between the
-    spike lengths). The replay runs the policy over the whole history, ordinary highs
+    The record (``_with_record``) is read on the windows the fit kept, conclusive ones
+    only. The replay runs the policy over the whole history, ordinary highs
     included, and counts its pages outside the left-out excursions; while they exceed
     ``page_budget`` x the history's weeks, the margins widen by ``BUDGET_STEP`` (at most
-    ``BUDGET_STEPS`` times). A history shorter than a week allows no page at all: the
-    record, read past it on its Pareto tail, carries the rest of the budget."""
-    base = fitted.baseline
+    ``BUDGET_STEPS`` times); ``FORGIVEN_PAGES`` more are allowed. A history shorter than a
+    week can say no more: the record, read past it on its Pareto tail, carries the rest."""
     size = max(ws[0].window_end_ms - ws[0].window_start_ms, 1)
-    risk = policy.page_budget * size / WEEK_MS / SPIKE_WINDOWS
-    record = spike_record(_slot_residuals(kept, base), risk)
-    base = base.model_copy(update={"spike_record": record, "page_budget": policy.page_budget})
+    base = _with_record(kept, fitted.baseline, policy)
+    record = base.spike_record
     weeks = max(base.history_end_ms - base.history_start_ms, size) / WEEK_MS
-    allowed = math.floor(policy.page_budget * weeks + 1e-9)
+    # A few pages are forgiven however short the history: they are as likely incidents the
+    # first fit's replay let through (a history holds them) as ordinary highs, which page
+    # far more often where they are the problem (every half hour, not twice a history).
+    allowed = FORGIVEN_PAGES + math.floor(policy.page_budget * weeks + 1e-9)
     basis = "the spread"
     notes = list(fitted.notes)
     factor = 1.0

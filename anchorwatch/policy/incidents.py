@@ -73,6 +73,9 @@ POOLING_CAP: Final = 1.5
 #: Lag-1 autocorrelation up to which a type's windows count as independent draws, whose
 #: pooled evidence may judge windows big enough to judge alone.
 INDEPENDENT_WINDOWS: Final = 0.3
+#: A spiky type's window adds to its pooled evidence as if it were at most this many
+#: references above the center (see ``_pool``).
+SPIKY_CLIP: Final = 3.0
 #: Windows in a row with exactly the same mean that make a held level (see ``_step_up``).
 HOLD_WINDOWS: Final = 10
 #: The reason code of a window that stepped up from a held level by more than the margin.
@@ -378,20 +381,21 @@ class IncidentTracker:
                 judgement.threshold - baseline.center
             )
         pooled_breach = pooled_clean = pooled = False
+        if st.spike_held and (conclusive or level != "none") and mean <= judgement.threshold:
+            # One of the type's ordinary spikes just ended: the evidence it pooled is given
+            # back before this window is judged on what is left of it.
+            st.cusum = min(st.cusum, st.spike_cusum)
         cusum_before = st.cusum
         stored_record = (baseline.spike_record or []) if baseline is not None else []
         if rule.pooling and baseline is not None and window.request_count > 0:
             pooled = True
-            st.cusum = self._pool(st.cusum, baseline, window)
+            spiky = any(h > judgement.threshold - baseline.center for h in stored_record)
+            st.cusum = self._pool(st.cusum, baseline, window, spiky=spiky)
             # Pooled evidence judges the windows too small to judge alone, and any window of
             # a type whose windows are independent draws. Where neighbouring windows are
             # correlated, a big window is judged by its own mean: its neighbours are no
             # independent evidence for it, and pooling them pages on every slow wander.
-            # A type whose ordinary spikes reach above its threshold has a tail no Gaussian
-            # likelihood ratio describes: two of its spikes would pool into a page. Its big
-            # windows are judged by their own means and its spike record.
-            spiky = any(h > judgement.threshold - baseline.center for h in stored_record)
-            independent = (baseline.autocorrelation or 0.0) <= INDEPENDENT_WINDOWS and not spiky
+            independent = (baseline.autocorrelation or 0.0) <= INDEPENDENT_WINDOWS
             pooled_breach = (not conclusive or independent) and (
                 st.cusum >= self.policy.pooling_threshold
             )
@@ -441,7 +445,8 @@ class IncidentTracker:
             window,
             judgement,
             pooled_breach,
-            residual=mean - baseline.center if conclusive else None,
+            # Judged alone (enough requests, or significant at its own size): a spike.
+            residual=mean - baseline.center if conclusive or level != "none" else None,
             margin=judgement.threshold - baseline.center,
             record=tuple(baseline.spike_record or ()),
             history_days=(baseline.history_end_ms - baseline.history_start_ms) / DAY_MS,
@@ -488,7 +493,9 @@ class IncidentTracker:
         st.step_from = base if stepped or not conclusive else None
         return stepped
 
-    def _pool(self, cusum: float, baseline: Baseline, window: WindowAggregate) -> float:
+    def _pool(
+        self, cusum: float, baseline: Baseline, window: WindowAggregate, *, spiky: bool = False
+    ) -> float:
         """One CUSUM step. On correlated windows a sum of k of them varies R times more than
         k independent ones (R = (1 + phi) / (1 - phi), phi from the fit), so each window's
         evidence z is divided by sqrt(R) and the reference is not: the CUSUM then drifts
@@ -496,7 +503,13 @@ class IncidentTracker:
         is what ``pooling_threshold`` promises for them (discounting the reference as well
         would let a slow wander of the level bank evidence). The reference (half the shift
         to detect) grows with the margin, so a higher sensitivity never pools more
-        evidence."""
+        evidence.
+
+        ``spiky``: the type's ordinary spikes reach above its threshold, a tail no Gaussian
+        likelihood ratio describes (two of its spikes would pool into a page). Its evidence
+        is clipped at ``SPIKY_CLIP`` references: a window counts no more than one that
+        high, so a sustained rise still pools within a few windows and a lone spike
+        cannot."""
         margin = baseline.threshold - baseline.center
         if margin <= 0:
             return 0.0
@@ -505,6 +518,8 @@ class IncidentTracker:
         discount = math.sqrt((1.0 - phi) / (1.0 + phi))
         z = (window.mean_drift - baseline.center) / se
         reference = self.policy.pooling_shift * margin / se / 2.0
+        if spiky:
+            z = min(z, SPIKY_CLIP * reference)
         # One window adds at most half the limit: a single heavy-tailed spike is never
         # pooled evidence on its own (the window rule judges it).
         step = min(discount * z - reference, self.policy.pooling_threshold / 2.0)
@@ -557,8 +572,13 @@ class IncidentTracker:
             # such a window breach, must not wait where a higher one opens on the pool.
             if breach and not by_run and not slot.beyond_history and slot.pooled:
                 slot = replace(slot, evidence="pooled")
-            opens = breach and (by_run or slot.beyond_history or slot.pooled)
-            spike = _spike(st, slot) if opens and not slot.beyond_history else None
+            spike = _spike(st, slot) if breach and not slot.beyond_history else None
+            # A record broken opens at once, by one window as by more (see _spike): a
+            # spiky type's single windows above the threshold are ordinary, a record is not.
+            record_broken = isinstance(spike, Reason) and spike.code == RECORD
+            opens = breach and (by_run or slot.beyond_history or slot.pooled or record_broken)
+            if not opens:
+                spike = None
             if spike == USUAL_SPIKE:
                 st.spike_held = True  # one of the type's ordinary spikes: not a page
                 return []
@@ -820,23 +840,30 @@ USUAL_SPIKE: Final = "usual"
 #: Reason codes of an excursion that broke the type's spike record, or outlasted its spikes.
 RECORD: Final = "spike_record_broken"
 SUSTAINED: Final = "sustained_excursion"
+#: The fewest windows a spiky type's ordinary spikes are allowed to last.
+MIN_SPIKE_WINDOWS: Final = 2
+#: How far above its record (its height above the center) a spiky type's excursion must
+#: peak to break it: a third again. The record is read on a short history's few highest
+#: spikes, so an ordinary spike of the next week tops it by a little about once a week.
+SINGLE_RECORD: Final = 1.35
+#: A type with no spikes above its threshold: a single window pages once its rise is this
+#: many margins (see ``_spike``).
+UNSEEN_SPIKE: Final = 2.0
 #: The reason code of a noisy type's one incident.
 NOISY: Final = "noisy"
 
 
 def _track_spike(st: _RunState, slot: _Slot) -> None:
-    """Follow the run of windows above the threshold. When one of the type's ordinary
-    spikes ends without a page, the evidence it pooled is given back: it is normal for
-    this type, and must not open an incident on the quiet windows after it."""
-    if slot.residual is None or slot.margin is None:
-        return  # no window, or too small to judge alone: the run goes on
-    if slot.residual > slot.margin:
+    """Follow the run of windows above the threshold (``_judge`` gives back the evidence an
+    ordinary spike pooled when it ends: it is normal for this type, and must not open an
+    incident on the quiet windows after it)."""
+    if slot.margin is None or (slot.residual is None and slot.state == "inconclusive"):
+        return  # no window, or too small to judge and no pooled evidence: the run goes on
+    if slot.residual is not None and slot.residual > slot.margin:
         if not st.spike:
             st.spike_cusum = slot.cusum_before
         st.spike.append(slot.residual)
         return
-    if st.spike_held:
-        st.cusum = min(st.cusum, st.spike_cusum)
     st.spike, st.spike_held = [], False
 
 
@@ -847,31 +874,49 @@ def _spike(st: _RunState, slot: _Slot) -> str | Reason | None:
 
     The record holds, per length k, how high the history stayed for k windows in a row;
     the run is ordinary while it is no longer than the longest spike that reached above
-    the threshold and, for every k, no k neighbouring windows of it stayed higher."""
+    the threshold (two windows at least, on a type whose single windows do: a short
+    history shows few of its two-window spikes) and, for every k, no k neighbouring
+    windows of it stayed higher."""
     margin = slot.margin
     if not st.spike or margin is None or not slot.record:
         return None
-    usual = max((k for k, h in enumerate(slot.record, 1) if h > margin), default=0)
-    if usual == 0:
-        return None
-    run = st.spike
+    record = list(slot.record)
+    usual = max((k for k, h in enumerate(record, 1) if h > margin), default=0)
     center = slot.window.mean_drift - slot.residual if slot.window and slot.residual else 0.0
+    if usual == 0:
+        # No spikes of its own above the threshold: a single window twice as high above
+        # the center as the threshold (and its record) is beyond them all the same.
+        high = st.spike[0]
+        if len(st.spike) == 1 and high > UNSEEN_SPIKE * max(margin, record[0]):
+            return Reason(
+                code=RECORD,
+                message=f"highest in {slot.history_days:.0f} days of history: drift "
+                f"{center + high:.3f}, twice as far above its normal {center:.3f} as its "
+                "threshold, and it has no such spikes",
+            )
+        return None
+    if usual < MIN_SPIKE_WINDOWS <= len(record):
+        usual = MIN_SPIKE_WINDOWS
+        record[1:MIN_SPIKE_WINDOWS] = [record[0]] * (MIN_SPIKE_WINDOWS - 1)
+    run = st.spike
     if len(run) > usual:
         return Reason(
             code=SUSTAINED,
             message=f"sustained {len(run)} windows above the threshold: this type's "
             f"ordinary spikes last at most {usual}",
         )
-    for k in range(1, len(run) + 1):
-        level = max(min(run[i : i + k]) for i in range(len(run) - k + 1))
-        if level > slot.record[k - 1]:
-            held = f"for {k} windows " if k > 1 else ""
-            return Reason(
-                code=RECORD,
-                message=f"highest in {slot.history_days:.0f} days of history: drift "
-                f"{center + level:.3f} {held}above this type's record of "
-                f"{center + slot.record[k - 1]:.3f}",
-            )
+    # How high: a run as long as the type's spikes is one of them unless a window of it
+    # tops the single windows' record by half again (one window is the least evidence of
+    # all). The records of longer spikes say how long they run; their heights, read on
+    # the few long spikes a short history holds, are too uncertain to page on.
+    peak = max(run)
+    if peak > SINGLE_RECORD * record[0]:
+        return Reason(
+            code=RECORD,
+            message=f"highest in {slot.history_days:.0f} days of history: drift "
+            f"{center + peak:.3f}, half again as far above its normal {center:.3f} as this "
+            f"type's record of {center + record[0]:.3f}",
+        )
     return USUAL_SPIKE
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from functools import cache
 
@@ -18,16 +19,28 @@ from anchorwatch.scenarios import (
     MINUTE_MS,
     MODERATE_SPIKE_CAP,
     PRACTICAL_MARGIN,
+    QUIET_KINDS,
+    RECORD_FACTOR,
     Expect,
     Scenario,
     ScenarioLabel,
     TypeSeries,
+    family_window_ms,
     scenario,
 )
-from bench.detection import Change, FamilyScore, changes_of, diagnosis_codes, score_scenario
+from bench.detection import (
+    Change,
+    FamilyScore,
+    changes_of,
+    diagnosis_codes,
+    family_checks,
+    score_scenario,
+)
 
 T0 = 1_736_380_800_000  # the replay start of every scenario (START_MS + 3 days)
 MIN = MINUTE_MS
+DAY = 1440 * MIN
+NEW_FAMILIES = ("bursty", "spiky", "daily", "quiet")
 
 
 @cache
@@ -35,10 +48,16 @@ def small(family: str, seed: int = 1, types: int = 4, days: int = 2) -> Scenario
     return scenario(family, seed, types=types, eval_days=days)
 
 
-def minutes(t: TypeSeries, lab: ScenarioLabel) -> range:
-    """The label's minutes as indexes into the type's per-minute arrays."""
-    origin = T0 - t.spec.fit_days * 1440 * MIN
-    return range((lab.start_ms - origin) // MIN, (lab.end_ms - origin) // MIN)
+def window_size(t: TypeSeries) -> int:
+    return t.windows[0].window_end_ms - t.windows[0].window_start_ms
+
+
+def indexes(t: TypeSeries, lab: ScenarioLabel) -> range:
+    """The label's windows as indexes into the type's per-window arrays (minutes, or the
+    daily family's five-minute windows)."""
+    size = window_size(t)
+    origin = T0 - t.spec.fit_days * DAY
+    return range((lab.start_ms - origin) // size, (lab.end_ms - origin) // size)
 
 
 # --------------------------------------------------------------------------- the series
@@ -134,7 +153,7 @@ def test_labels_cover_the_injected_anomalies_exactly(family: str) -> None:
     for t in sc.types:
         inside: set[int] = set()
         for lab in t.labels:
-            span = minutes(t, lab)
+            span = indexes(t, lab)
             inside.update(span)
             if lab.expect == "diagnose":
                 assert all(t.held[m] for m in span), lab
@@ -154,7 +173,7 @@ def test_labels_cover_the_injected_anomalies_exactly(family: str) -> None:
                 if o.expect == "absorb" and o is not lab and o.start_ms <= lab.start_ms < o.end_ms
             )
             on_top = {
-                m for o in t.labels if o is not lab and o.expect == "alert" for m in minutes(t, o)
+                m for o in t.labels if o is not lab and o.expect == "alert" for m in indexes(t, o)
             }
             for m in span:
                 if m not in on_top:
@@ -227,6 +246,7 @@ def run(
     changes: list[Change],
     labels: list[ScenarioLabel],
     codes: dict[ScenarioLabel, frozenset[str]] | None = None,
+    window_ms: int = MIN,
 ) -> FamilyScore:
     return score_scenario(
         changes,
@@ -235,6 +255,7 @@ def run(
         replay_start_ms=T0,
         replay_end_ms=T0 + 7 * 1440 * MIN,
         codes_seen=codes or {},
+        window_ms=window_ms,
     )
 
 
@@ -342,11 +363,158 @@ def test_every_family_runs_through_the_scoring(family: str) -> None:
         replay_start_ms=sc.eval_start_ms,
         replay_end_ms=sc.eval_end_ms,
         codes_seen=codes,
+        window_ms=sc.window_ms,
     )
     expects = [lab.expect for lab in sc.labels]
-    assert s.alert_labels == expects.count("alert") > 0
+    assert s.alert_labels == expects.count("alert")
+    assert (s.alert_labels > 0) == (family != "quiet")
     assert s.absorb_labels == expects.count("absorb")
     assert s.diagnose_labels == expects.count("diagnose") == len(codes)
     assert s.true_alerts + s.false_alerts == s.opened + s.reopened
     assert s.detected + len([m for m in s.missed if m.expect == "alert"]) == s.alert_labels
     assert s.type_weeks == pytest.approx(4 * 2 / 7)
+
+
+def test_without_labelled_incidents_only_the_false_page_target_applies() -> None:
+    quiet = FamilyScore(false_alerts=1, opened=1, clean_pages=1, type_weeks=2.0)
+    assert family_checks("quiet", quiet) == {"<= 1 page per type per week on clean stretches": True}
+    labelled = FamilyScore(alert_labels=2, detected=2, true_alerts=2, type_weeks=2.0)
+    assert set(family_checks("bursty", labelled)) == {
+        "precision >= 0.9",
+        "recall >= 0.9",
+        "<= 1 page per type per week on clean stretches",
+    }
+
+
+def test_the_grace_is_one_window_of_the_familys_size() -> None:
+    """Daily windows are five minutes: a page four minutes after a label's end is still its
+    first window after it."""
+    assert run([ch(114)], [lab(100, 110)]).detected == 0
+    assert run([ch(114)], [lab(100, 110)], window_ms=5 * MIN).detected == 1
+
+
+# --------------------------------------------------------------------------- the field's families
+
+
+@pytest.mark.parametrize("family", NEW_FAMILIES)
+def test_field_families_are_deterministic_sized_and_in_range(family: str) -> None:
+    a = scenario(family, 5, types=4, eval_days=1)
+    b = scenario(family, 5, types=4, eval_days=1)
+    assert [w.model_dump() for w in a.windows] == [w.model_dump() for w in b.windows]
+    assert a.labels == b.labels
+    assert [t.bursts for t in a.types] == [t.bursts for t in b.types]
+    c = scenario(family, 6, types=4, eval_days=1)
+    assert [w.mean_drift for w in c.windows] != [w.mean_drift for w in a.windows]
+
+    size = 5 * MIN if family == "daily" else MIN
+    assert a.window_ms == family_window_ms(family) == size
+    assert a.eval_end_ms - a.eval_start_ms == DAY  # the replay is eval_days, whatever the size
+    for t in a.types:
+        assert {w.window_end_ms - w.window_start_ms for w in t.windows} == {size}
+        assert all(w.window_start_ms % size == 0 for w in t.windows)
+        assert all(0.0 <= w.mean_drift <= 1.0 for w in t.windows)
+        assert t.windows[-1].window_end_ms <= a.eval_end_ms
+        assert len(t.injected) == len(t.held) == (t.spec.fit_days + 1) * DAY // size
+        for label in t.labels:
+            assert (label.end_ms - label.start_ms) % size == 0
+            assert label.start_ms % size == 0
+
+
+def test_daily_is_a_five_minute_wave_with_two_days_of_history() -> None:
+    sc = small("daily", types=4, days=2)
+    per_day = DAY // (5 * MIN)
+    for t in sc.types:
+        spec = t.spec
+        assert (spec.tier, spec.fit_days) == ("fixed", 2)
+        history = [w for w in t.windows if w.window_start_ms < sc.eval_start_ms]
+        assert len(history) == 2 * per_day
+        assert history[0].window_start_ms == sc.eval_start_ms - 2 * DAY
+        assert {w.request_count for w in t.windows} == {100}
+        assert {w.stddev_drift for w in t.windows} == {None}
+        assert all(w.mean_drift == round(w.mean_drift, 4) for w in t.windows)
+        assert 0.05 <= spec.amplitude <= 0.2
+        wave = [
+            spec.center + spec.amplitude * math.sin(2 * math.pi * m / per_day + spec.phase)
+            for m in range(len(history))
+        ]
+        residual = [w.mean_drift - x for w, x in zip(history, wave, strict=True)]
+        if spec.sigma == 0.0:  # noiseless: the wave itself, to 4 places
+            assert max(abs(r) for r in residual) <= 0.5e-4 + 1e-12
+        else:
+            assert 0.02 * spec.amplitude <= spec.sigma <= 0.05 * spec.amplitude
+            assert statistics.stdev(residual) == pytest.approx(spec.sigma, rel=0.2)
+        # The peak of the history is the wave's own, as high as the wave goes.
+        top = max(w.mean_drift for w in history)
+        assert top == pytest.approx(spec.center + spec.amplitude, abs=4 * spec.sigma + 1e-3)
+        assert len(t.labels) == 2  # one jump a day
+        for label in t.labels:
+            assert label.kind == "jump"
+            assert 3 <= (label.end_ms - label.start_ms) // (5 * MIN) <= 12
+            assert label.magnitude >= PRACTICAL_MARGIN
+    assert sorted(t.spec.sigma == 0.0 for t in sc.types) == [False, False, True, True]
+
+
+def test_quiet_has_no_label_and_borrows_every_kind() -> None:
+    sc = small("quiet", types=len(QUIET_KINDS), days=1)
+    assert sc.labels == []
+    assert [t.spec.kind for t in sc.types] == list(QUIET_KINDS)
+    assert [t.spec.fit_days for t in sc.types] == [1, 2, 3, 1, 2, 3]
+    for t in sc.types:
+        assert t.spec.name.endswith("-" + t.spec.kind)
+        assert not any(t.held)
+        assert all(x <= MODERATE_SPIKE_CAP for x in t.injected)
+        assert bool(t.bursts) == (t.spec.kind in ("bursty", "spiky"))
+
+
+def robust(values: list[float]) -> tuple[float, float]:
+    """Median and MAD-based sigma."""
+    mid = statistics.median(values)
+    return mid, 1.4826 * statistics.median(abs(x - mid) for x in values)
+
+
+@pytest.mark.parametrize("family", ["bursty", "spiky"])
+def test_ordinary_bursts_fill_the_history_and_labelled_spikes_break_their_record(
+    family: str,
+) -> None:
+    sc = small(family, types=4, days=2)
+    for t in sc.types:
+        spec = t.spec
+        fit = spec.fit_days * 1440
+        history = [w.mean_drift for w in t.windows if w.window_start_ms < T0]
+        level, sigma = robust(history)
+        above = sum(x > level + 4 * sigma for x in history)
+        # Ordinary bursts in the history, well past a Gaussian 4 sigma (a Gaussian would put
+        # about one window in 16,000 there). Spiky types see as few as 4 spikes a day.
+        assert above >= (5 * spec.fit_days if family == "bursty" else 1), spec
+        assert max(history) > level + 6 * sigma
+        assert statistics.fmean(history) > level  # skewed up
+        assert max(t.bursts) <= spec.burst_cap
+        assert max(t.bursts[:fit]) > 4 * spec.marginal_sigma
+        # As often in the history as in the replay: the same process throughout.
+        r = spec.burst_rate
+        share = 1.2 * r / (1 + 0.2 * r)  # of windows in a burst (one in five lasts two)
+        for part in (t.bursts[:fit], t.bursts[fit:]):
+            expected = share * len(part)
+            assert abs(sum(b > 0 for b in part) - expected) <= 5 * math.sqrt(expected) + 2
+        if family == "spiky":
+            assert spec.center <= 0.05
+            assert spec.center + spec.burst_cap >= 6 * spec.center  # up to 6-10 x the level
+
+        spikes = [lab for lab in t.labels if lab.kind == "spike"]
+        assert len(spikes) == (0 if spec.tier == "sparse" else 2)
+        by_start = {w.window_start_ms: w.mean_drift for w in t.windows}
+        inside = {
+            w.window_start_ms
+            for w in t.windows
+            for lab in t.labels
+            if lab.start_ms <= w.window_start_ms < lab.end_ms
+        }
+        record = max(x for start, x in by_start.items() if start not in inside)
+        for spike in spikes:
+            assert spike.end_ms - spike.start_ms == MIN
+            assert spike.magnitude >= RECORD_FACTOR[0] * spec.burst_cap - 1e-4
+            assert spike.magnitude > max(t.bursts)
+            assert by_start[spike.start_ms] > record  # the windows too: a new record
+        for jump in (lab for lab in t.labels if lab.kind == "jump"):
+            assert 5 <= (jump.end_ms - jump.start_ms) // MIN <= 60
+            assert jump.magnitude >= max(PRACTICAL_MARGIN, 2 * spec.burst_median) - 1e-4

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from anchorwatch.contracts import Baseline, WindowAggregate
+from anchorwatch.policy import fitting
 from anchorwatch.policy.config import PolicyConfig, RuleConfig
 from anchorwatch.policy.fitting import fit_baseline
 from anchorwatch.policy.incidents import (
@@ -89,7 +90,7 @@ def test_a_spike_record_is_the_highest_level_held_for_k_windows_never_less() -> 
     residuals[50] = None  # a gap breaks runs
     residuals[49], residuals[51] = 0.45, 0.45
     assert sustained(residuals, 2)[10] == 0.4
-    record = spike_record(residuals, risk=1e-9)  # too few excesses: the history's own highs
+    record = spike_record(residuals, risk=1e-9, margin=0.3)  # too few excesses to extend
     assert record == [0.5, 0.4, 0.0]
     assert record == sorted(record, reverse=True)
 
@@ -130,66 +131,82 @@ def test_a_bursty_type_keeps_its_page_budget_on_its_ordinary_spikes() -> None:
 
 
 def test_a_spike_that_breaks_the_record_or_lasts_pages_and_says_which() -> None:
-    history = bursty(2, seed=1)
-    b = fit(history)
-    assert b.spike_record is not None
-    record = b.spike_record
-    calm = [window(2 * DAY + m, b.center) for m in range(30)]
-    # Two windows above the two-window record (below the one-window extreme, which opens
-    # on one window): a record, said in days of history.
-    high = b.center + record[1] + 0.02
-    assert b.extreme_threshold is not None
-    assert high < b.extreme_threshold
-    spike = calm + [window(2 * DAY + 30 + m, high) for m in range(2)]
-    opened = pages(replay(b, spike))
-    assert [c.kind for c in opened][:1] == ["opened"]
-    reasons = {r.code: r.message for r in opened[0].judgement.reasons}  # type: ignore[union-attr]
-    assert "highest in 2 days of history" in reasons[RECORD]
-    # Just above the threshold, far below every record, but for longer than any spike.
-    low = b.threshold + 0.01
-    assert low - b.center < record[-1] or record[-1] < b.threshold - b.center
-    lasting = calm + [window(2 * DAY + 30 + m, low) for m in range(8)]
-    opened = pages(replay(b, lasting))
-    assert [c.kind for c in opened] == ["opened"]
-    reasons = {r.code: r.message for r in opened[0].judgement.reasons}  # type: ignore[union-attr]
-    assert "ordinary spikes last at most" in reasons[SUSTAINED]
-    usual = max(k for k, h in enumerate(record, 1) if h > b.threshold - b.center)
-    assert (opened[0].window_start_ms - T0) // MIN == 2 * DAY + 30 + usual
+    """A spiky type (its one- and two-window spikes reach 0.1 above its center of 0.30,
+    its threshold is 0.05 above): spikes within that do not page; one that tops the record
+    by a third again pages at once, saying so; one that lasts longer than two windows
+    pages on its third, however low."""
+    b = make_baseline("t", spike_record=[0.1, 0.1, 0.04], extreme_threshold=0.9)
+    calm = [window(m, 0.30) for m in range(30)]
+
+    def after(values: list[float]) -> list[IncidentChange]:
+        return pages(replay(b, calm + [window(30 + i, v) for i, v in enumerate(values)] + [
+            window(30 + len(values) + i, 0.30) for i in range(10)
+        ]))  # fmt: skip
+
+    assert after([0.39, 0.38]) == []  # an ordinary two-window spike
+    record = after([0.30 + 1.35 * 0.1 + 0.01])
+    assert [c.kind for c in record] == ["opened"]
+    reasons = {r.code: r.message for r in record[0].judgement.reasons}  # type: ignore[union-attr]
+    assert "highest in 1 days of history" in reasons[RECORD]
+    lasting = after([0.37, 0.37, 0.37, 0.37])
+    assert [(c.kind, (c.window_start_ms - T0) // MIN) for c in lasting] == [("opened", 32)]
+    reasons = {r.code: r.message for r in lasting[0].judgement.reasons}  # type: ignore[union-attr]
+    assert "ordinary spikes last at most 2" in reasons[SUSTAINED]
 
 
 def test_an_ordinary_spike_banks_no_pooled_evidence() -> None:
-    """Small windows are pooled; a spike within the record that the pool joined must not
-    leave evidence behind that opens an incident on the quiet windows after it."""
+    """Busy independent windows are pooled; a spike within the record pools past the
+    limit while it lasts, and must give that evidence back when it ends: the windows after
+    it, a little above the center, would otherwise open an incident on what is left."""
     b = make_baseline("t", spike_record=[0.3, 0.3, 0.3], autocorrelation=0.0)
     margin = b.threshold - b.center
     windows = [window(m, b.center) for m in range(20)]
-    windows += [window(20 + m, b.center + 0.9 * (0.3 - margin) + margin) for m in range(3)]
-    windows += [window(23 + m, b.center + 0.4 * margin) for m in range(30)]
+    windows += [window(20 + m, b.center + 0.25) for m in range(3)]
+    windows += [window(23 + m, b.center + 0.1 * margin) for m in range(30)]
     assert pages(replay(b, windows)) == []
+    # The same spike on a type whose spikes do not reach that high is an incident.
+    low = b.model_copy(update={"spike_record": [0.1, 0.1, 0.1]})
+    assert [c.kind for c in pages(replay(low, windows))][:1] == ["opened"]
 
 
 # --------------------------------------------------------------------------- budget, storms
 
 
-def test_the_fit_widens_the_margins_until_the_history_keeps_the_page_budget() -> None:
-    """Two weeks of a slowly wandering level whose excursions above a spread-based threshold
-    last 3-4 windows (too short to leave out, too long to be spikes): the replay pages more
-    than twice, so the margins widen, and the baseline says so."""
+def test_the_budget_widens_margins_until_the_history_replays_within_it() -> None:
+    """A fit too tight for its own history (the ordinary highs of a wandering level page
+    every few hours against it): the budget step replays the history and widens the
+    margins until it pages at most the budget (plus the few pages forgiven), and the
+    baseline says how the threshold was chosen and what the replay paged."""
     rng = random.Random(3)
-    windows, x = [], 0.0
+    history, x = [], 0.0
     for m in range(14 * DAY):
-        x = 0.9 * x + rng.gauss(0.0, 0.01)
-        bump = 0.08 if m % 700 < 4 else 0.0
-        windows.append(window(m, 0.3 + x + bump))
-    b = fit(windows)
-    assert b.page_budget == 1.0
-    assert b.replayed_pages_per_week is not None
-    assert b.replayed_pages_per_week <= 1.0
+        x = 0.9 * x + rng.gauss(0.0, 0.005)
+        history.append(window(m, 0.3 + x))
+    tight = make_baseline(
+        "t",
+        t0=history[-1].window_end_ms,
+        history_start_ms=history[0].window_start_ms,
+        center=0.3,
+        threshold=0.33,
+        critical_threshold=0.45,
+        typical_request_count=100.0,
+        min_requests=10,
+        autocorrelation=0.9,
+    )
+    policy = PolicyConfig()
+    assert len(pages(replay(tight, history, storm_after=0))) > 10
+    budgeted = fitting._budgeted(history, history, [], fitting.FitResult(tight, ()), policy)
+    b = budgeted.baseline
+    assert b.threshold > tight.threshold
     assert b.threshold_basis is not None
-    assert "page budget" in b.threshold_basis
-    loose = fit(windows, page_budget=100.0)
-    assert loose.threshold < b.threshold
-    assert loose.threshold_basis == "the spread"
+    assert "to keep the replay within the page budget" in b.threshold_basis
+    assert b.replayed_pages_per_week is not None
+    weeks = 2
+    assert b.replayed_pages_per_week * weeks <= policy.page_budget * weeks + fitting.FORGIVEN_PAGES
+    roomy = PolicyConfig(page_budget=1000.0)
+    loose = fitting._budgeted(history, history, [], fitting.FitResult(tight, ()), roomy)
+    assert loose.baseline.threshold == tight.threshold
+    assert loose.baseline.threshold_basis == "the spread"
 
 
 def test_a_type_that_pages_all_day_gets_one_noisy_incident() -> None:
