@@ -165,6 +165,8 @@ def _with_record(
     """``baseline`` with the spike record of ``ws`` (see ``tail.spike_record``), read at a
     risk per window of the page budget over a week's windows; with ``lengths``, every
     length up to it held to the single windows' record (a record of single spikes)."""
+    if not ws:  # every window inside an excursion: no ordinary spike to learn
+        return baseline.model_copy(update={"page_budget": policy.page_budget})
     size = max(ws[0].window_end_ms - ws[0].window_start_ms, 1)
     risk = policy.page_budget * size / WEEK_MS
     residuals = _slot_residuals(ws, baseline)

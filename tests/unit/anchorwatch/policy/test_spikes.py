@@ -284,3 +284,17 @@ def test_a_weekly_cycle_is_expected_once_two_weeks_show_it() -> None:
     one_week = fit(series[: 7 * 144])
     assert one_week.weekday_offset is None
     assert len(pages(replay(one_week, series[split:]))) >= 1
+
+
+def test_a_history_that_is_all_excursion_still_fits() -> None:
+    """A static rule far below the type's level: its replay holds one incident from the
+    first window to the last, so no window is left to read a spike record on."""
+    rng = random.Random(8)
+    history = [window(m, 0.5 + rng.gauss(0.0, 0.01)) for m in range(200)]
+    low = {"threshold": 0.1, "critical_threshold": 0.2}
+    b = fit(
+        history, rules=[{"name": "static", "compare": "static", "pooling": False, "static": low}]
+    )
+    assert b.status == "fitted"
+    assert b.spike_record is None
+    assert b.page_budget == 1.0
