@@ -1,21 +1,25 @@
 """Alerting service: notification latency (verdict produced, and consumed, -> local Slack
-received) and verdict throughput, for each SQLite sync mode side by side in one run.
+received) and verdict throughput, for each SQLite sync mode, alternating in one run.
 
 Starts a private Kafka on free ports (or uses --bootstrap) and the local Slack and Jira in
 this process, and runs `anchorwatch alerting serve` as its own process per configuration:
 
 1. latency: --incidents doc types each open one incident (a critical window opens at
    once), one every --spacing seconds: above Slack's per-channel rate, so nothing waits
-   behind the rate limit. For each, from producing the verdict, and from the service
-   consuming it (its outbox row), to the local Slack receiving the parent message (the
-   server's clock; same machine). Jira and drift events are on too.
+   behind the rate limit. For each, from producing the verdict (the clock starts before
+   produce() and spans the broker's acknowledgement), and from the service consuming it
+   (its outbox row), to the local Slack receiving the parent message (the server's clock;
+   same machine). Jira and drift events are on too. An incident whose Slack parent has
+   not arrived --timeout seconds after the last verdict was produced (or that never
+   opened) is a miss: it counts in the quantiles as +infinity, and the misses are counted.
 2. throughput: --types doc types x --windows windows produced beforehand (every
    --drifting-every-th type drifts: incidents, all open at once, and notifications), then
    verdicts/s from the service being ready to the last one decided and committed; then the
    wait for every incident's Slack parent (the queue drains at alerting.slack_rate_per_s per
    channel, --slack-rate, and slack_workspace_rate_per_s over all, --workspace-rate; the
    drifting types are routed round-robin to --channels channels, doc_type_channels); peak
-   RSS of the service and the size of its state files.
+   RSS of the service and the size of its state files. A drifting type whose Slack parent
+   never arrived (within an hour) counts as a miss (+infinity) there too.
 3. --week-types N: a simulated week of N types (one incident per type a day) through the
    engine in this process: the size of the state files after a week.
 
@@ -26,6 +30,15 @@ this process, and runs `anchorwatch alerting serve` as its own process per confi
         --drifting-every 10 --channels 20 --sync FULL        # over 20 channels, default rates
     .venv/bin/python -m bench.alerting --week-types 100
 
+Rounds: first --warmup-rounds (default 1) runs of 1 and 2 for each sync mode, the same
+runs as the measured ones, whose figures are printed marked "not counted" and left out of
+every median (the broker's JVM, the page cache and the service's first start warm up
+there); then --rounds (default 3) rounds, each running 1 and 2 once for every sync mode,
+the order of the modes reversed every other round (FULL, NORMAL; NORMAL, FULL; ...) so that
+neither always runs first. Each round's figures are printed as it ends, and at the end, per
+mode, the medians over the rounds of each round's p50, p99 and verdicts/s, with the
+per-round values and the misses of all rounds.
+
 The verdicts, the settings as environment and the service process are the alerting
 tests' own (tests/support/), so the bench measures what the tests check.
 """
@@ -34,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Iterator
@@ -55,6 +69,7 @@ from anchorwatch.kafkaio import client_config
 from anchorwatch.slice import private_topics
 from anchorwatch.stack.processes import free_port
 from anchorwatch.stack.stack import private_kafka
+from bench.quantiles import MISS, misses, ms, quantile, summary
 from tests.support.alerting import POLICY, SLACK_TOKEN, verdict
 from tests.support.alerting_kafka import ServiceProcess, service_env
 from tests.support.waiting import wait_until
@@ -129,18 +144,6 @@ def decided(url: str) -> float:
     return total
 
 
-def quantiles(values: list[float]) -> str:
-    ordered = sorted(values)
-
-    def q(p: float) -> float:
-        return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))]
-
-    return (
-        f"p50 {q(0.5) * 1000:6.1f} ms  p99 {q(0.99) * 1000:6.1f} ms  "
-        f"max {ordered[-1] * 1000:6.1f} ms"
-    )
-
-
 def opened(state: Path) -> tuple[dict[str, float], dict[str, tuple[str, str | None]]]:
     """From the service's state: when the verdict that opened each incident was consumed,
     and each incident's doc type and Slack parent (its ts)."""
@@ -160,14 +163,24 @@ def opened(state: Path) -> tuple[dict[str, float], dict[str, tuple[str, str | No
     return consumed, parents
 
 
-def latency(job: JobSettings, root: Path, sync: str, incidents: int, spacing: float) -> None:
+def latency(
+    job: JobSettings,
+    root: Path,
+    sync: str,
+    incidents: int,
+    spacing: float,
+    timeout: float,
+    label: str,
+) -> dict[str, list[float]]:
+    """One latency run; returns the samples in seconds (misses as +inf) by what they span."""
     with TimedSlack(token=SLACK_TOKEN) as slack, LocalJira() as jira:
-        state = root / f"latency-{sync}"
+        state = root / f"latency-{sync}-{label.replace(' ', '')}"
         producer = Producer(client_config(job.kafka, **{"enable.idempotence": True, "acks": "all"}))
         with service(job, state, slack, jira, sync):
             produced: dict[str, float] = {}
             for i in range(incidents):
                 doc = f"{sync.lower()}-latency-{i:03d}"
+                # The clock starts before produce(): it spans the broker's acknowledgement.
                 produced[doc] = time.time()
                 producer.produce(
                     job.topics.verdicts,
@@ -176,20 +189,33 @@ def latency(job: JobSettings, root: Path, sync: str, incidents: int, spacing: fl
                 )
                 producer.flush(10)
                 time.sleep(spacing)
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + timeout
             while len(slack.received) < incidents and time.monotonic() < deadline:
                 time.sleep(0.05)
-        consumed, doc_of = opened(state)
+            cutoff = time.time()  # a parent arriving later (while stopping) is a miss
+        consumed, parents = opened(state)
+    # Per verdict produced, not per incident found: one that never opened an incident, or
+    # whose Slack parent never arrived, is a miss (+inf), not left out.
+    by_doc = {doc: (incident_id, ts) for incident_id, (doc, ts) in parents.items()}
     from_produced, from_consumed = [], []
-    for incident_id, (doc, ts) in doc_of.items():
-        if ts is None or ts not in slack.received:
+    for doc, sent in produced.items():
+        incident_id, ts = by_doc.get(doc, ("", None))
+        arrived = slack.received.get(ts) if ts is not None else None
+        if arrived is None or arrived > cutoff:
+            from_produced.append(MISS)
+            from_consumed.append(MISS)
             continue
-        arrived = slack.received[ts]
-        from_produced.append(arrived - produced[doc])
-        from_consumed.append(arrived - consumed[incident_id])
-    print(f"  latency, {sync:6} {len(from_produced)} incidents:")
-    print(f"    verdict produced -> Slack received   {quantiles(from_produced)}")
-    print(f"    verdict consumed -> Slack received   {quantiles(from_consumed)}")
+        from_produced.append(arrived - sent)
+        at = consumed.get(incident_id)
+        from_consumed.append(arrived - at if at is not None else MISS)
+    print(
+        f"{label} latency, {sync:6} {len(produced)} incidents (a Slack parent not received "
+        f"{timeout:g} s after the last verdict was produced is a miss):",
+        flush=True,
+    )
+    print(f"    verdict produced -> Slack received   {summary(from_produced)}")
+    print(f"    verdict consumed -> Slack received   {summary(from_consumed)}", flush=True)
+    return {"produced": from_produced, "consumed": from_consumed}
 
 
 def state_bytes(state: Path) -> int:
@@ -207,7 +233,9 @@ def throughput(
     slack_rate: float | None,
     workspace_rate: float | None,
     channels: int,
-) -> None:
+    label: str,
+) -> dict[str, Any]:
+    """One throughput run; returns its figures (the Slack waits in seconds, misses +inf)."""
     drifting = {f"t{i:05d}" for i in range(0, types, drifting_every)}
     routes = {doc: f"#drift-{n % channels:03d}" for n, doc in enumerate(sorted(drifting))}
     names = [f"t{i:05d}" for i in range(types)]
@@ -226,7 +254,7 @@ def throughput(
     producer = Producer(
         client_config(job.kafka, **{"enable.idempotence": True, "acks": "all", "linger.ms": 20})
     )
-    state = root / f"throughput-{sync}"
+    state = root / f"throughput-{sync}-{label.replace(' ', '')}"
     with (
         TimedSlack(token=SLACK_TOKEN) as slack,
         LocalJira() as jira,
@@ -263,23 +291,30 @@ def throughput(
             peak = max(peak, proc.memory_info().rss)
             time.sleep(0.5)
     n = len(records)
+    size = state_bytes(state)
     print(
-        f"  throughput, {sync:6} {n:,} verdicts of {types:,} types in {took:5.2f} s: "
+        f"{label} throughput, {sync:6} {n:,} verdicts of {types:,} types in {took:5.2f} s: "
         f"{n / took:8,.0f} verdicts/s, peak RSS {peak / 2**20:.0f} MiB, "
-        f"state {state_bytes(state) / 2**20:.1f} MiB"
+        f"state {size / 2**20:.1f} MiB",
+        flush=True,
     )
     consumed, parents = opened(state)
-    waits = [
-        slack.received[ts] - consumed[i]
-        for i, (_, ts) in parents.items()
-        if ts is not None and ts in slack.received and i in consumed
-    ]
+    # Per incident opened, and a miss (+inf) for each drifting type that opened none: a
+    # Slack parent that never arrived counts, it is not left out.
+    waits = []
+    for incident_id, (_, ts) in parents.items():
+        arrived = slack.received.get(ts) if ts is not None else None
+        at = consumed.get(incident_id)
+        waits.append(arrived - at if arrived is not None and at is not None else MISS)
+    waits += [MISS] * len(drifting - {doc for doc, _ in parents.values()})
     if waits:
         print(
-            f"    {len(parents):,} incidents open at once, {len(waits):,} Slack parents in "
-            f"{channels} channel(s): "
-            f"verdict consumed -> Slack received {quantiles(waits)}"
+            f"    {len(parents):,} incidents open at once ({len(drifting):,} drifting types), "
+            f"Slack parents in {channels} channel(s): "
+            f"verdict consumed -> Slack received {summary(waits)}",
+            flush=True,
         )
+    return {"verdicts_per_s": n / took, "peak_rss": peak, "state": size, "waits": waits}
 
 
 def week(types: int, days: float) -> None:
@@ -351,9 +386,30 @@ def week(types: int, days: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="Alerting service, per SQLite sync mode: notification latency (verdict "
+        "produced, and consumed, -> local Slack received; incidents never received count as "
+        "+inf misses) and verdict throughput (verdicts/s, peak RSS, state size), after "
+        "--warmup-rounds untimed runs of each mode, over --rounds rounds alternating the "
+        "modes; per-round figures and medians over the rounds. Or --week-types: the state "
+        "size after a simulated week.",
+    )
     parser.add_argument("--incidents", type=int, default=40, help="incidents timed (latency)")
     parser.add_argument("--spacing", type=float, default=1.2, help="seconds between incidents")
+    parser.add_argument(
+        "--timeout", type=float, default=60.0,
+        help="latency: seconds after the last verdict is produced to wait for the rest; an "
+        "incident whose Slack parent has not arrived by then is a miss, counted as +inf",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rounds", type=int, default=3,
+        help="measured rounds, each running every sync mode once, the order reversed every "
+        "other round",
+    )  # fmt: skip
+    parser.add_argument(
+        "--warmup-rounds", type=int, default=1,
+        help="untimed runs of each sync mode (the same runs) before the measured rounds",
+    )  # fmt: skip
     parser.add_argument("--types", type=int, default=1000, help="doc types (throughput)")
     parser.add_argument("--windows", type=int, default=20, help="windows per type (throughput)")
     parser.add_argument(
@@ -388,21 +444,73 @@ def main() -> None:
         week(args.week_types, args.week_days)
         return
     print("load average (1, 5, 15 min) at the start: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
+    modes = ("FULL", "NORMAL") if args.sync == "both" else (args.sync,)
+    rounds: dict[str, list[dict[str, Any]]] = {sync: [] for sync in modes}
     with broker(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         base = JobSettings.load(kafka={"bootstrap_servers": bootstrap})
-        for sync in ("FULL", "NORMAL") if args.sync == "both" else (args.sync,):
+
+        def run(sync: str, label: str) -> dict[str, Any]:
+            figures: dict[str, Any] = {}
             # Each measurement on topics of its own: nothing earlier to skip.
             if args.incidents > 0:
                 with private_topics(base) as job:
-                    latency(job, root, sync, args.incidents, args.spacing)
+                    figures |= latency(
+                        job, root, sync, args.incidents, args.spacing, args.timeout, label
+                    )
             with private_topics(base) as job:
-                throughput(
+                figures |= throughput(
                     job, root, sync, args.types, args.windows, args.drifting_every,
                     args.slack_rate,
                     args.workspace_rate if args.workspace_rate is not None else args.slack_rate,
-                    args.channels,
+                    args.channels, label,
                 )  # fmt: skip
+            return figures
+
+        for w in range(1, args.warmup_rounds + 1):
+            for sync in modes:
+                run(sync, f"warm-up {w} (not counted)")
+        for r in range(1, args.rounds + 1):
+            for sync in modes if r % 2 else modes[::-1]:
+                rounds[sync].append(run(sync, f"round {r}"))
+    for sync in modes:
+        report(sync, rounds[sync])
+
+
+def report(sync: str, rounds: list[dict[str, Any]]) -> None:
+    """Per sync mode: the medians over the rounds of each round's figures."""
+    if not rounds:
+        return
+
+    def median_of(key: str, p: float) -> str:
+        per_round = [quantile(r[key], p) for r in rounds]
+        each = ", ".join(ms(v).strip() for v in per_round)
+        return f"{ms(statistics.median(per_round)).strip()} ({each})"
+
+    print(f"median over {len(rounds)} rounds, {sync} (each figure's per-round values in brackets):")
+    if "produced" in rounds[0]:
+        for key in ("produced", "consumed"):
+            lost = [misses(r[key]) for r in rounds]
+            print(
+                f"  latency, verdict {key} -> Slack received: p50 {median_of(key, 0.5)}, "
+                f"p99 {median_of(key, 0.99)}; missed {sum(lost)} of "
+                f"{sum(len(r[key]) for r in rounds)} (counted as +inf)"
+            )
+    rates = [r["verdicts_per_s"] for r in rounds]
+    print(
+        f"  throughput: {statistics.median(rates):,.0f} verdicts/s "
+        f"({', '.join(f'{v:,.0f}' for v in rates)}), peak RSS max "
+        f"{max(r['peak_rss'] for r in rounds) / 2**20:.0f} MiB, state median "
+        f"{statistics.median(r['state'] for r in rounds) / 2**20:.1f} MiB"
+    )
+    if any(r["waits"] for r in rounds):
+        missed = sum(misses(r["waits"]) for r in rounds)
+        print(
+            f"  throughput's Slack parents, verdict consumed -> Slack received: "
+            f"p50 {median_of('waits', 0.5)}, p99 {median_of('waits', 0.99)}; missed {missed} "
+            f"of {sum(len(r['waits']) for r in rounds)} (counted as +inf)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -224,7 +224,7 @@ def _budgeted(
         base = _widened(fitted.baseline, factor, policy).model_copy(
             update={"spike_record": record, "page_budget": policy.page_budget}
         )
-        basis = f"the spread, margins x{factor:.2f} to keep the replay within the page budget"
+        basis = f"margins x{factor:.2f} to keep the replay within the page budget"
     base = base.model_copy(
         update={"replayed_pages_per_week": pages / weeks, "threshold_basis": basis}
     )
