@@ -802,7 +802,9 @@ def main() -> int:
         default=",".join(FAMILIES),
         help="Production-like scenario families, comma-separated ('' for none).",
     )
-    parser.add_argument("--scenario-seeds", type=int, default=1, help="Scenarios per family.")
+    parser.add_argument(
+        "--scenario-seeds", type=int, default=3, help="Scenarios per family (seeds 1, 2, 3, ...)."
+    )
     parser.add_argument("--scenario-first-seed", type=int, default=1, help="Their first seed.")
     parser.add_argument("--scenario-types", type=int, default=12, help="Doc types per scenario.")
     parser.add_argument("--scenario-days", type=int, default=7, help="Days replayed per type.")
