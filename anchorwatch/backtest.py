@@ -29,8 +29,9 @@ from anchorwatch.history import read_baselines as read_baselines
 from anchorwatch.history import read_labels as read_labels
 from anchorwatch.history import read_windows as read_windows
 from anchorwatch.policy.config import PolicyConfig
-from anchorwatch.policy.fitting import FitResult, fit_baselines, quantile
+from anchorwatch.policy.fitting import FitResult, fit_baselines
 from anchorwatch.policy.incidents import Incident, IncidentChange, IncidentTracker, final_incidents
+from anchorwatch.policy.series import quantile
 
 DRIFT_KINDS: Final = ("jump", "ramp")
 

@@ -37,52 +37,32 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Any
 
 from anchorwatch.contracts import Baseline, WindowAggregate
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.incidents import MIN_SPIKE_WINDOWS, IncidentTracker, final_incidents
-from anchorwatch.policy.tail import MIN_SPIKES, spike_record, spikes
-from anchorwatch.policy.window import (
-    DAY_MS,
-    HOUR_MS,
-    MIN_SPREAD,
-    baseline_at,
-    center_at,
-    day_of_week,
-    hour_of_day,
+from anchorwatch.policy.seasons import hourly_centers, weekday_offsets
+from anchorwatch.policy.series import (
+    clip,
+    effective_windows,
+    equivalent_autocorrelation,
+    long_run_ratio,
+    median,
+    normal_quantile,
+    quantile,
+    robust_sigma,
+    spread_inflation,
+    sustained_marks,
 )
-
-#: Scales a median absolute deviation to a normal standard deviation.
-MAD_TO_SIGMA = 1.4826
+from anchorwatch.policy.tail import MIN_SPIKES, spike_record, spikes
+from anchorwatch.policy.window import DAY_MS, MIN_SPREAD, baseline_at, center_at
 
 
 @dataclass(frozen=True)
 class FitResult:
     baseline: Baseline
     notes: tuple[str, ...]  # why a type is unfitted, why seasonality is off, capped figures
-
-
-def median(values: Sequence[float]) -> float:
-    return quantile(sorted(values), 0.5)
-
-
-def quantile(ordered: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default) of sorted values."""
-    if not ordered:
-        raise ValueError("quantile of no values")
-    pos = q * (len(ordered) - 1)
-    low = math.floor(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def robust_sigma(values: Sequence[float]) -> float:
-    """1.4826 x the median absolute deviation from the median: the standard deviation for
-    normal data, unmoved by a minority of outliers."""
-    mid = median(values)
-    return MAD_TO_SIGMA * median([abs(v - mid) for v in values])
 
 
 def baseline_version(doc_type: str, fitted_at_ms: int, start_ms: int, end_ms: int) -> str:
@@ -273,8 +253,8 @@ def _widened(baseline: Baseline, factor: float, policy: PolicyConfig) -> Baselin
     """``baseline`` with its warning and critical margins (and what follows from them)
     times ``factor``."""
     center = baseline.center
-    threshold = _clip(center + factor * (baseline.threshold - center))
-    critical = _clip(max(center + factor * (baseline.critical_threshold - center), threshold))
+    threshold = clip(center + factor * (baseline.threshold - center))
+    critical = clip(max(center + factor * (baseline.critical_threshold - center), threshold))
     room = threshold - center
     min_requests = baseline.min_requests
     if room > 0:
@@ -284,7 +264,7 @@ def _widened(baseline: Baseline, factor: float, policy: PolicyConfig) -> Baselin
         min_requests = max(policy.min_requests_floor, math.ceil(needed - 1e-9))
     extreme = baseline.extreme_threshold
     if extreme is not None:
-        extreme = _clip(max(extreme, critical))
+        extreme = clip(max(extreme, critical))
     return baseline.model_copy(
         update={
             "threshold": threshold,
@@ -339,7 +319,7 @@ def _fit_once(
 
     center = median(means)
     typical = median(counts)
-    hourly = _hourly_centers(ws, center, policy, notes)
+    hourly = hourly_centers(ws, center, policy, notes)
     sigma = _request_sigma(ws, center, policy)
     if hourly is not None:
         seasonal_sigma = _request_sigma(ws, center, policy, hourly)
@@ -353,7 +333,7 @@ def _fit_once(
             hourly = None
         else:
             sigma = seasonal_sigma
-    weekday = _weekday_offsets(ws, center, hourly, policy, notes)
+    weekday = weekday_offsets(ws, center, hourly, policy, notes)
     if weekday is not None:
         sigma = _request_sigma(ws, center, policy, hourly, weekday)
     phi = equivalent_autocorrelation(long_run_ratio(ws, center, hourly, weekday))
@@ -368,8 +348,8 @@ def _fit_once(
 
     margin = max(policy.sensitivity * spread, policy.min_margin)
     critical_margin = max(policy.critical_sensitivity * spread, policy.critical_min_margin)
-    threshold = _clip(max(center + margin, policy.threshold_floor))
-    critical = _clip(max(center + critical_margin, threshold))
+    threshold = clip(max(center + margin, policy.threshold_floor))
+    critical = clip(max(center + critical_margin, threshold))
     if threshold >= 1.0:
         notes.append(
             f"threshold capped at 1.0: center {center:.3f} leaves no room for a rise of "
@@ -383,7 +363,7 @@ def _fit_once(
     else:
         min_requests = policy.min_requests_floor
     highest, allowance = _beyond_history(ws, center, hourly, weekday)
-    extreme = _clip(max(critical, center + highest + max(allowance, threshold - center)))
+    extreme = clip(max(critical, center + highest + max(allowance, threshold - center)))
     baseline = Baseline(
         **common,
         status="fitted",
@@ -440,10 +420,6 @@ def fit_baselines(
     return results
 
 
-def _clip(value: float) -> float:
-    return min(1.0, max(0.0, value))
-
-
 def _residuals(
     ws: Sequence[WindowAggregate],
     center: float,
@@ -485,7 +461,7 @@ def _request_sigma(
     mad_sigma = robust_sigma(scaled)
     grid = _grid_sigma(ordered)
     cut = 3.0 * max(mad_sigma, grid, MIN_SPREAD)
-    marks = _sustained(scaled, cut)
+    marks = sustained_marks(scaled, cut)
     kept = [r for r, excursion in zip(scaled, marks, strict=True) if not excursion]
     # A quantile is only as good as the windows beyond it: at least TAIL_WINDOWS of them.
     level = min(policy.tail_quantile, 1.0 - TAIL_WINDOWS / max(len(kept), 1))
@@ -526,25 +502,6 @@ def _beyond_history(
 EXTREME_SPACINGS = 4.6
 #: The fewest windows beyond the tail quantile that the tail estimate rests on.
 TAIL_WINDOWS = 10
-#: Windows in a row beyond the cut that make an excursion sustained (an incident's shape).
-SUSTAINED = 3
-
-
-def _sustained(scaled: Sequence[float], cut: float) -> list[bool]:
-    """Marks the residuals that belong to runs of ``SUSTAINED`` or more above ``cut``."""
-    marks = [False] * len(scaled)
-    i = 0
-    while i < len(scaled):
-        if scaled[i] <= cut:
-            i += 1
-            continue
-        j = i
-        while j < len(scaled) and scaled[j] > cut:
-            j += 1
-        if j - i >= SUSTAINED:
-            marks[i:j] = [True] * (j - i)
-        i = j
-    return marks
 
 
 def _grid_sigma(ws: Sequence[WindowAggregate]) -> float:
@@ -556,347 +513,3 @@ def _grid_sigma(ws: Sequence[WindowAggregate]) -> float:
         return 0.0
     counts = sorted(w.request_count for w in ws)
     return 0.5 * min(steps) * math.sqrt(counts[len(counts) // 2])
-
-
-def _winsorised_residuals(
-    ordered: Sequence[WindowAggregate],
-    center: float,
-    hourly: Sequence[float] | None,
-    weekday: Sequence[float] | None = None,
-) -> list[float | None]:
-    """Window means minus their center, clipped at 4 MAD sigmas (so a few spikes cannot fake
-    or hide a correlation) and centred on their mean. Sustained excursions (``SUSTAINED``
-    windows in a row beyond 3 MAD sigmas either way: the incidents and outages a history
-    holds) are None: a 10-minute incident is not the type's normal correlation."""
-    res = [w.mean_drift - center_at(center, hourly, weekday, w.window_start_ms) for w in ordered]
-    mid = median(res)
-    sigma = robust_sigma(res)
-    scale = max(4.0 * sigma, 1e-9)
-    res = [min(scale, max(-scale, r - mid)) for r in res]
-    marks = _sustained([abs(r) for r in res], max(3.0 * sigma, 1e-9))
-    kept = [r for r, m in zip(res, marks, strict=True) if not m]
-    mean = sum(kept) / len(kept) if kept else 0.0
-    return [None if m else r - mean for r, m in zip(res, marks, strict=True)]
-
-
-def autocorrelation(
-    ws: Sequence[WindowAggregate],
-    center: float,
-    hourly: Sequence[float] | None = None,
-    weekday: Sequence[float] | None = None,
-) -> float:
-    """Lag-1 autocorrelation of window means over neighbouring windows, in [0, 0.99].
-
-    Residuals are winsorised at 4 MAD sigmas first and sustained excursions left out, so a
-    few spikes or incidents cannot fake (or hide) the correlation. Negative estimates count
-    as 0 (independent windows)."""
-    ordered = sorted(ws, key=lambda w: w.window_start_ms)
-    if len(ordered) < 3:
-        return 0.0
-    dev = _winsorised_residuals(ordered, center, hourly, weekday)
-    kept = [d for d in dev if d is not None]
-    var = sum(d * d for d in kept)
-    if var <= 0:
-        return 0.0
-    size = ordered[0].window_end_ms - ordered[0].window_start_ms
-    lagged = [
-        a * b
-        for i in range(len(ordered) - 1)
-        if (a := dev[i]) is not None
-        and (b := dev[i + 1]) is not None
-        and ordered[i + 1].window_start_ms - ordered[i].window_start_ms == size
-    ]
-    if len(lagged) < 2:
-        return 0.0
-    # Normalised by the pairs actually seen, so gaps in traffic do not bias it to zero.
-    phi = (sum(lagged) / len(lagged)) / (var / len(kept))
-    # From m pairs of independent windows the estimate strays by about 1 / sqrt(m): a
-    # sparse type's hundred pairs read 0.15-0.2 by chance. Below twice that it is noise
-    # and counts as 0, as the measured long-run ratio counts only beyond twice its error.
-    if phi <= 2.0 / math.sqrt(len(lagged)):
-        return 0.0
-    return min(0.99, phi)
-
-
-#: Windows (slots of one window length) per block when measuring how much a run of
-#: neighbouring windows varies: an hour of one-minute windows.
-BLOCK_WINDOWS = 60
-#: Blocks the history must span before the measured ratio is used: half a day. On fewer
-#: its relative error (0.47 on 12 blocks, 0.82 on 4) lets the hour holding one incident
-#: pass as correlation, and lag-1 alone judges a shorter history.
-MEASURED_MIN_BLOCKS = 12
-#: The largest long-run variance ratio used: that of an AR(1) with phi 0.99.
-MAX_LONG_RUN_RATIO = 199.0
-
-
-def long_run_ratio(
-    ws: Sequence[WindowAggregate],
-    center: float,
-    hourly: Sequence[float] | None = None,
-    weekday: Sequence[float] | None = None,
-) -> float:
-    """How much more a sum of neighbouring window means varies than a sum of independent
-    ones: Var(sum of k) / (k Var(one)), 1 for independent windows.
-
-    The lag-1 figure (1 + phi) / (1 - phi) is exact for an AR(1) series, but real series are
-    mostly a slowly wandering level plus window noise: their lag-1 correlation is diluted by
-    the noise while the wander still adds up over many windows (phi 0.97 under noise reads
-    as 0.45: a ratio of 2.6 instead of 30). So the ratio is also measured directly, from
-    the variance of the sums over every run of ``BLOCK_WINDOWS`` slots (overlapping batch
-    means), and that figure is used when it exceeds the lag-1 one by more than twice its
-    own sampling error: independent types keep a ratio of 1."""
-    ordered = sorted(ws, key=lambda w: w.window_start_ms)
-    ar1 = autocorrelation(ordered, center, hourly, weekday)
-    lag1 = (1.0 + ar1) / (1.0 - ar1)
-    if len(ordered) < 3:
-        return lag1
-    dev = _winsorised_residuals(ordered, center, hourly, weekday)
-    kept = [d for d in dev if d is not None]
-    var = sum(d * d for d in kept) / max(len(kept), 1)
-    size = max(ordered[0].window_end_ms - ordered[0].window_start_ms, 1)
-    first = ordered[0].window_start_ms
-    slots = [(w.window_start_ms - first) // size for w in ordered]
-    span = slots[-1] + 1
-    if var <= 0 or span < MEASURED_MIN_BLOCKS * BLOCK_WINDOWS:
-        return lag1
-    squares = count = 0.0
-    total, j, kept_in = 0.0, 0, 0  # sum over [slots[i], slots[i] + BLOCK_WINDOWS), two pointers
-    for i in range(len(ordered)):
-        if slots[i] + BLOCK_WINDOWS > span:
-            break
-        while j < len(ordered) and slots[j] < slots[i] + BLOCK_WINDOWS:
-            total += dev[j] or 0.0
-            kept_in += dev[j] is not None
-            j += 1
-        squares += total * total
-        count += kept_in
-        total -= dev[i] or 0.0
-        kept_in -= dev[i] is not None
-    if count <= 0:
-        return lag1
-    measured = squares / count / var
-    # Overlapping batch means: the estimate's relative sd is about sqrt(8 b / (3 N)).
-    error = math.sqrt(8.0 * BLOCK_WINDOWS / (3.0 * span))
-    if measured > lag1 * (1.0 + 2.0 * error):
-        return min(MAX_LONG_RUN_RATIO, measured)
-    return min(MAX_LONG_RUN_RATIO, lag1)
-
-
-def equivalent_autocorrelation(ratio: float) -> float:
-    """The phi of an AR(1) series with this long-run variance ratio, (R - 1) / (R + 1): the
-    lag-1 autocorrelation itself for an AR(1) series. Stored in the baseline record; pooled
-    evidence and the effective number of windows follow from it."""
-    return min(0.99, max(0.0, (ratio - 1.0) / (ratio + 1.0)))
-
-
-def effective_windows(windows: int, phi: float) -> float:
-    """How many independent windows ``windows`` AR(1)-correlated ones are worth."""
-    return max(1.0, windows * (1.0 - phi) / (1.0 + phi))
-
-
-def spread_inflation(effective: float, sensitivity: float) -> float:
-    """Factor on a spread estimated from ``effective`` independent windows so that
-    ``sensitivity`` spreads above the center is where a *new* window lands as rarely as a
-    normal one lands ``sensitivity`` sigmas up: the prediction interval, not the estimate.
-    With the spread itself estimated, a new window's standardised distance follows a
-    Student t with effective - 1 degrees of freedom, scaled by sqrt(1 + 1 / effective):
-    ~1.01 on a day of independent windows, 1.3 on 20 effective ones, 2.4 on 7. Capped at
-    3. It grows with the sensitivity, so a higher one still never gives a lower threshold."""
-    k = max(effective - 1.0, 1.0)
-    tail = 1.0 - NormalDist().cdf(sensitivity)
-    limit = MAX_INFLATION * sensitivity
-    if tail <= 0.0 or _t_tail(limit, k) > tail:
-        return MAX_INFLATION
-    low, high = sensitivity, limit
-    for _ in range(60):
-        mid = (low + high) / 2.0
-        if _t_tail(mid, k) > tail:
-            low = mid
-        else:
-            high = mid
-    factor = high * math.sqrt(1.0 + 1.0 / max(effective, 1.0)) / sensitivity
-    return min(MAX_INFLATION, max(1.0, factor))
-
-
-#: The most a short or correlated history widens its spread.
-MAX_INFLATION = 3.0
-
-
-def _t_tail(t: float, df: float) -> float:
-    """P(T > t) for Student's t with ``df`` degrees of freedom (t >= 0):
-    I_x(df / 2, 1 / 2) / 2 with x = df / (df + t^2)."""
-    return 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
-
-
-def _incomplete_beta(a: float, b: float, x: float) -> float:
-    """The regularised incomplete beta function I_x(a, b), by its continued fraction
-    (modified Lentz), on the side where it converges fast."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    if x > (a + 1.0) / (a + b + 2.0):
-        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        for num in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-14:
-            break
-    return math.exp(log_front) * h / a
-
-
-def normal_quantile(p: float) -> float:
-    """The standard normal quantile (Python's own inverse CDF)."""
-    return NormalDist().inv_cdf(p)
-
-
-def _hourly_centers(
-    ws: Sequence[WindowAggregate], center: float, policy: PolicyConfig, notes: list[str]
-) -> list[float] | None:
-    """Per-hour centers from whatever days the history holds, each hour's offset from the
-    flat center shrunk towards it by how far the days agree (``_profile_weight``).
-
-    Coverage is counted in time, not windows: an hour needs ``seasonal_min_windows_per_hour``
-    windows, or half of its slots on the days it was seen when the windows are longer than
-    a minute (two days of 5-minute samples have 24 per hour, and a smooth daily wave in them
-    is as plain as in a week of minutes)."""
-    if policy.seasonality == "off" or not ws:
-        return None
-    size = max(ws[0].window_end_ms - ws[0].window_start_ms, 1)
-    slots_per_hour = max(HOUR_MS // size, 1)
-    by_hour: dict[int, list[float]] = defaultdict(list)
-    by_day: dict[tuple[int, int], list[float]] = defaultdict(list)
-    days: dict[int, set[int]] = defaultdict(set)
-    for w in ws:
-        hour = hour_of_day(w.window_start_ms)
-        day = w.window_start_ms // DAY_MS
-        by_hour[hour].append(w.mean_drift)
-        by_day[(hour, day)].append(w.mean_drift)
-        days[hour].add(day)
-
-    def needed(hour: int) -> int:
-        half_the_slots = math.ceil(0.5 * slots_per_hour * len(days[hour]))
-        return min(policy.seasonal_min_windows_per_hour, max(half_the_slots, 1))
-
-    short = [
-        h
-        for h in range(24)
-        if len(by_hour[h]) < needed(h) or len(days[h]) < policy.seasonal_min_days
-    ]
-    if short:
-        h = min(range(24), key=lambda hour: (len(days[hour]), len(by_hour[hour])))
-        notes.append(
-            f"seasonality off: every hour of day needs {policy.seasonal_min_windows_per_hour} "
-            f"windows (or half its slots) on {policy.seasonal_min_days} different days; "
-            f"{len(short)} of 24 hours fall short (e.g. {h:02d}h UTC: {len(by_hour[h])} "
-            f"windows on {len(days[h])} days)"
-        )
-        return None
-    offsets = [median(by_hour[h]) - center for h in range(24)]
-    weight = _profile_weight(offsets, by_day, days, policy)
-    return [_clip(center + weight[h] * offsets[h]) for h in range(24)]
-
-
-def _weekday_offsets(
-    ws: Sequence[WindowAggregate],
-    center: float,
-    hourly: Sequence[float] | None,
-    policy: PolicyConfig,
-    notes: list[str],
-) -> list[float] | None:
-    """Per day of the week, how far its days sit from the hourly profile (or the flat
-    center): the median of those days' median residuals, believed as far as the weeks
-    agree (as hours are, ``_profile_weight``). Needs ``weekly_min_weeks`` of history, every
-    day of the week seen that often."""
-    if policy.seasonality == "off" or not ws:
-        return None
-    by_date: dict[int, list[float]] = defaultdict(list)
-    for w in ws:
-        by_date[w.window_start_ms // DAY_MS].append(
-            w.mean_drift - center_at(center, hourly, None, w.window_start_ms)
-        )
-    dates: dict[int, list[int]] = defaultdict(list)
-    for date in by_date:
-        dates[day_of_week(date * DAY_MS)].append(date)
-    fewest = min(len(dates[d]) for d in range(7))
-    if fewest < policy.weekly_min_weeks:
-        if (max(by_date) - min(by_date) + 1) >= 7 * policy.weekly_min_weeks:
-            notes.append(
-                f"weekly cycle off: every day of the week needs {policy.weekly_min_weeks} "
-                f"days of history; one has {fewest}"
-            )
-        return None
-    per_date = {date: median(values) for date, values in by_date.items()}
-    offsets = [median([per_date[x] for x in dates[d]]) for d in range(7)]
-    spreads = []
-    for d in range(7):
-        values = [per_date[x] for x in dates[d]]
-        mid = sum(values) / len(values)
-        spreads.append(sum((v - mid) ** 2 for v in values) / (len(values) - 1))
-    noise = sum(spreads) / 7
-    mean_weeks = sum(len(dates[d]) for d in range(7)) / 7
-    level = sum(offsets) / 7
-    signal = max(0.0, sum((o - level) ** 2 for o in offsets) / 6 - noise / mean_weeks)
-    out = []
-    for d in range(7):
-        error = noise / len(dates[d])
-        weight = signal / (signal + error) if signal + error > 0 else 1.0
-        out.append(max(-1.0, min(1.0, weight * offsets[d])))  # shrunk to the flat center
-    # Whole days, not windows, tell whether the offsets explain anything: a robust spread
-    # of the windows would not move for two days a week off the level.
-    before = sum(v**2 for v in per_date.values())
-    after = sum((v - out[day_of_week(date * DAY_MS)]) ** 2 for date, v in per_date.items())
-    gain = 1.0 - math.sqrt(after / before) if before > 0 else 0.0
-    if policy.seasonality == "auto" and gain < policy.seasonal_min_gain:
-        notes.append(
-            f"weekly cycle not used: the weekday offsets explain only {max(gain, 0.0):.0%} of "
-            f"how days differ (auto needs {policy.seasonal_min_gain:.0%})"
-        )
-        return None
-    return out
-
-
-def _profile_weight(
-    offsets: Sequence[float],
-    by_day: dict[tuple[int, int], list[float]],
-    days: dict[int, set[int]],
-    policy: PolicyConfig,
-) -> list[float]:
-    """How much of each hour's offset to believe: signal / (signal + noise / days).
-
-    The noise is how far one day's median of an hour strays from another day's of the same
-    hour (pooled over the hours); the signal is what the offsets vary by beyond that. So a
-    rhythm that repeats exactly is taken whole from two days (a smooth noiseless wave must
-    not page at its peak on day three), and hourly medians of pure noise count for nothing.
-    A single day cannot show its own noise: there, ``days / (days + seasonal_shrinkage)``."""
-    if any(len(days[h]) < 2 for h in range(24)):
-        return [len(days[h]) / (len(days[h]) + policy.seasonal_shrinkage) for h in range(24)]
-    spreads = []
-    for h in range(24):
-        per_day = [median(by_day[(h, d)]) for d in sorted(days[h])]
-        mid = sum(per_day) / len(per_day)
-        spreads.append(sum((m - mid) ** 2 for m in per_day) / (len(per_day) - 1))
-    noise = sum(spreads) / 24  # variance of one day's median of an hour
-    mean_days = sum(len(days[h]) for h in range(24)) / 24
-    level = sum(offsets) / 24
-    between = sum((o - level) ** 2 for o in offsets) / 23
-    signal = max(0.0, between - noise / mean_days)
-    out = []
-    for h in range(24):
-        error = noise / len(days[h])
-        out.append(signal / (signal + error) if signal + error > 0 else 1.0)
-    return out

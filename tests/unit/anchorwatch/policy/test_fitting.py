@@ -11,11 +11,10 @@ import pytest
 
 from anchorwatch.contracts import Baseline, WindowAggregate
 from anchorwatch.policy.config import PolicyConfig
-from anchorwatch.policy.fitting import (
+from anchorwatch.policy.fitting import fit_baseline, fit_baselines
+from anchorwatch.policy.series import (
     _t_tail,
     autocorrelation,
-    fit_baseline,
-    fit_baselines,
     long_run_ratio,
     median,
     quantile,

@@ -14,17 +14,15 @@ import pytest
 
 from anchorwatch.contracts import Baseline, WindowAggregate
 from anchorwatch.policy.config import PolicyConfig, RuleConfig
-from anchorwatch.policy.fitting import (
-    BLOCK_WINDOWS,
-    EXTREME_SPACINGS,
-    MEASURED_MIN_BLOCKS,
-    TAIL_WINDOWS,
-    autocorrelation,
-    fit_baseline,
-    long_run_ratio,
-)
+from anchorwatch.policy.fitting import EXTREME_SPACINGS, TAIL_WINDOWS, fit_baseline
 from anchorwatch.policy.incidents import IncidentChange, IncidentTracker, drift_event
 from anchorwatch.policy.refit import RefitHistory, RefitSchedule
+from anchorwatch.policy.series import (
+    BLOCK_WINDOWS,
+    MEASURED_MIN_BLOCKS,
+    autocorrelation,
+    long_run_ratio,
+)
 from anchorwatch.policy.window import judge_window, spread_at, verdict_for
 from tests.support.policy import baseline as fitted_baseline
 
