@@ -186,8 +186,7 @@ def _budgeted(
     ``BUDGET_STEPS`` times); ``FORGIVEN_PAGES`` more are allowed. A history shorter than a
     week can say no more: the record, read past it on its Pareto tail, carries the rest."""
     size = max(ws[0].window_end_ms - ws[0].window_start_ms, 1)
-    base = _with_record(kept, fitted.baseline, policy)
-    record = base.spike_record
+    base = recorded = _with_record(kept, fitted.baseline, policy)
     weeks = max(base.history_end_ms - base.history_start_ms, size) / WEEK_MS
     # A few pages are forgiven however short the history: they are as likely incidents the
     # first fit's replay let through (a history holds them) as ordinary highs, which page
@@ -201,9 +200,7 @@ def _budgeted(
         if pages <= allowed or step == BUDGET_STEPS or base.threshold >= 1.0:
             break
         factor *= BUDGET_STEP
-        base = _widened(fitted.baseline, factor, policy).model_copy(
-            update={"spike_record": record, "page_budget": policy.page_budget}
-        )
+        base = _widened(recorded, factor, policy)
         basis = f"margins x{factor:.2f} to keep the replay within the page budget"
     base = base.model_copy(
         update={"replayed_pages_per_week": pages / weeks, "threshold_basis": basis}
@@ -214,6 +211,12 @@ def _budgeted(
             f"margins x{factor:.2f}, over the budget of {policy.page_budget:g} a week"
         )
     return FitResult(base, tuple(notes))
+
+
+def _min_requests(typical: float, spread: float, room: float, policy: PolicyConfig) -> int:
+    """The smallest n with significance * spread_at(n) <= room (at least the floor)."""
+    needed = typical * (policy.significance * spread / room) ** 2
+    return max(policy.min_requests_floor, math.ceil(needed - 1e-9))
 
 
 def _slot_residuals(ws: Sequence[WindowAggregate], baseline: Baseline) -> list[float | None]:
@@ -256,12 +259,11 @@ def _widened(baseline: Baseline, factor: float, policy: PolicyConfig) -> Baselin
     threshold = clip(center + factor * (baseline.threshold - center))
     critical = clip(max(center + factor * (baseline.critical_threshold - center), threshold))
     room = threshold - center
-    min_requests = baseline.min_requests
-    if room > 0:
-        needed = (
-            baseline.typical_request_count * (policy.significance * baseline.spread / room) ** 2
-        )
-        min_requests = max(policy.min_requests_floor, math.ceil(needed - 1e-9))
+    min_requests = (
+        _min_requests(baseline.typical_request_count, baseline.spread, room, policy)
+        if room > 0
+        else baseline.min_requests
+    )
     extreme = baseline.extreme_threshold
     if extreme is not None:
         extreme = clip(max(extreme, critical))
@@ -357,11 +359,9 @@ def _fit_once(
         )
     # Smallest n with significance * spread_at(n) <= margin (the margin as actually stored).
     room = threshold - center
-    if room > 0:
-        needed = typical * (policy.significance * spread / room) ** 2
-        min_requests = max(policy.min_requests_floor, math.ceil(needed - 1e-9))
-    else:
-        min_requests = policy.min_requests_floor
+    min_requests = (
+        _min_requests(typical, spread, room, policy) if room > 0 else policy.min_requests_floor
+    )
     highest, allowance = _beyond_history(ws, center, hourly, weekday)
     extreme = clip(max(critical, center + highest + max(allowance, threshold - center)))
     baseline = Baseline(

@@ -175,6 +175,7 @@ class _Slot:
     residual: float | None = None
     margin: float | None = None
     record: tuple[float, ...] = ()
+    center: float = 0.0
     history_days: float = 0.0
     cusum_before: float = 0.0
 
@@ -449,6 +450,7 @@ class IncidentTracker:
             residual=mean - baseline.center if conclusive or level != "none" else None,
             margin=judgement.threshold - baseline.center,
             record=tuple(baseline.spike_record or ()),
+            center=baseline.center,
             history_days=(baseline.history_end_ms - baseline.history_start_ms) / DAY_MS,
             cusum_before=cusum_before,
         )
@@ -875,14 +877,14 @@ def _spike(st: _RunState, slot: _Slot) -> str | Reason | None:
     The record holds, per length k, how high the history stayed for k windows in a row;
     the run is ordinary while it is no longer than the longest spike that reached above
     the threshold (two windows at least, on a type whose single windows do: a short
-    history shows few of its two-window spikes) and, for every k, no k neighbouring
-    windows of it stayed higher."""
+    history shows few of its two-window spikes) and no window of it tops the single
+    windows' record by ``SINGLE_RECORD``."""
     margin = slot.margin
     if not st.spike or margin is None or not slot.record:
         return None
-    record = list(slot.record)
+    record = slot.record
     usual = max((k for k, h in enumerate(record, 1) if h > margin), default=0)
-    center = slot.window.mean_drift - slot.residual if slot.window and slot.residual else 0.0
+    center = slot.center
     if usual == 0:
         # No spikes of its own above the threshold: a single window twice as high above
         # the center as the threshold (and its record) is beyond them all the same.
@@ -897,7 +899,6 @@ def _spike(st: _RunState, slot: _Slot) -> str | Reason | None:
         return None
     if usual < MIN_SPIKE_WINDOWS <= len(record):
         usual = MIN_SPIKE_WINDOWS
-        record[1:MIN_SPIKE_WINDOWS] = [record[0]] * (MIN_SPIKE_WINDOWS - 1)
     run = st.spike
     if len(run) > usual:
         return Reason(
@@ -906,7 +907,7 @@ def _spike(st: _RunState, slot: _Slot) -> str | Reason | None:
             f"ordinary spikes last at most {usual}",
         )
     # How high: a run as long as the type's spikes is one of them unless a window of it
-    # tops the single windows' record by half again (one window is the least evidence of
+    # tops the single windows' record by a third again (one window is the least evidence of
     # all). The records of longer spikes say how long they run; their heights, read on
     # the few long spikes a short history holds, are too uncertain to page on.
     peak = max(run)
@@ -914,8 +915,8 @@ def _spike(st: _RunState, slot: _Slot) -> str | Reason | None:
         return Reason(
             code=RECORD,
             message=f"highest in {slot.history_days:.0f} days of history: drift "
-            f"{center + peak:.3f}, half again as far above its normal {center:.3f} as this "
-            f"type's record of {center + record[0]:.3f}",
+            f"{center + peak:.3f}, a third again as far above its normal {center:.3f} as "
+            f"this type's record of {center + record[0]:.3f}",
         )
     return USUAL_SPIKE
 

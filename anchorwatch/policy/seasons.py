@@ -91,20 +91,9 @@ def weekday_offsets(
         return None
     per_date = {date: median(values) for date, values in by_date.items()}
     offsets = [median([per_date[x] for x in dates[d]]) for d in range(7)]
-    spreads = []
-    for d in range(7):
-        values = [per_date[x] for x in dates[d]]
-        mid = sum(values) / len(values)
-        spreads.append(sum((v - mid) ** 2 for v in values) / (len(values) - 1))
-    noise = sum(spreads) / 7
-    mean_weeks = sum(len(dates[d]) for d in range(7)) / 7
-    level = sum(offsets) / 7
-    signal = max(0.0, sum((o - level) ** 2 for o in offsets) / 6 - noise / mean_weeks)
-    out = []
-    for d in range(7):
-        error = noise / len(dates[d])
-        weight = signal / (signal + error) if signal + error > 0 else 1.0
-        out.append(max(-1.0, min(1.0, weight * offsets[d])))  # shrunk to the flat center
+    weights = agreement_weights(offsets, [[per_date[x] for x in dates[d]] for d in range(7)])
+    # Shrunk to the flat center.
+    out = [max(-1.0, min(1.0, w * o)) for w, o in zip(weights, offsets, strict=True)]
     # Whole days, not windows, tell whether the offsets explain anything: a robust spread
     # of the windows would not move for two days a week off the level.
     before = sum(v**2 for v in per_date.values())
@@ -134,18 +123,27 @@ def _profile_weight(
     A single day cannot show its own noise: there, ``days / (days + seasonal_shrinkage)``."""
     if any(len(days[h]) < 2 for h in range(24)):
         return [len(days[h]) / (len(days[h]) + policy.seasonal_shrinkage) for h in range(24)]
+    return agreement_weights(
+        offsets, [[median(by_day[(h, d)]) for d in sorted(days[h])] for h in range(24)]
+    )
+
+
+def agreement_weights(offsets: Sequence[float], repeats: Sequence[Sequence[float]]) -> list[float]:
+    """How much of each group's offset (an hour's, a day of the week's) to believe, from
+    its repeats (the hour's median on each day it was seen; at least two each):
+    signal / (signal + noise / repeats). The noise is the variance between repeats of a
+    group, pooled over the groups; the signal is what the offsets vary by beyond it."""
     spreads = []
-    for h in range(24):
-        per_day = [median(by_day[(h, d)]) for d in sorted(days[h])]
-        mid = sum(per_day) / len(per_day)
-        spreads.append(sum((m - mid) ** 2 for m in per_day) / (len(per_day) - 1))
-    noise = sum(spreads) / 24  # variance of one day's median of an hour
-    mean_days = sum(len(days[h]) for h in range(24)) / 24
-    level = sum(offsets) / 24
-    between = sum((o - level) ** 2 for o in offsets) / 23
-    signal = max(0.0, between - noise / mean_days)
+    for values in repeats:
+        mid = sum(values) / len(values)
+        spreads.append(sum((v - mid) ** 2 for v in values) / (len(values) - 1))
+    noise = sum(spreads) / len(spreads)
+    mean_repeats = sum(len(values) for values in repeats) / len(repeats)
+    level = sum(offsets) / len(offsets)
+    between = sum((o - level) ** 2 for o in offsets) / (len(offsets) - 1)
+    signal = max(0.0, between - noise / mean_repeats)
     out = []
-    for h in range(24):
-        error = noise / len(days[h])
+    for values in repeats:
+        error = noise / len(values)
         out.append(signal / (signal + error) if signal + error > 0 else 1.0)
     return out
