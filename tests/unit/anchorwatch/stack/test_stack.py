@@ -144,11 +144,20 @@ def test_exit_status_says_how_a_started_daemon_ended(tmp_path: Path) -> None:
 
 def test_a_port_is_handed_out_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # Nothing holds a port between its choice and its server's bind: a second draw of the
-    # same port (still free) must give another.
-    first = free_port()
-    draws = iter([first, first + 1])
+    # same port (still free) must give another. The pair is taken from a fixed private span,
+    # well inside 1..65535, so the draw after it always names a real port.
+    first = next(
+        port
+        for port in range(20000, 30000, 7)
+        if port not in processes._handed_out
+        and port + 1 not in processes._handed_out
+        and not processes.port_in_use("127.0.0.1", port)
+        and not processes.port_in_use("127.0.0.1", port + 1)
+    )
+    draws = iter([first, first, first + 1])
     monkeypatch.setattr(random, "randint", lambda _a, _b: next(draws))
     monkeypatch.setattr(random, "choice", lambda spans: spans[0])
     monkeypatch.setattr(processes, "_ephemeral_ports", lambda: (first + 5000, first + 6000))
-    monkeypatch.setattr(processes, "_LOWEST_PRIVATE_PORT", max(first - 3000, 1024))
+    monkeypatch.setattr(processes, "_LOWEST_PRIVATE_PORT", first - 3000)
+    assert free_port() == first
     assert free_port() == first + 1
