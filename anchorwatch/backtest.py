@@ -19,15 +19,7 @@ from itertools import pairwise
 from typing import Any, Final
 
 from anchorwatch.contracts import Baseline, SnapshotEvent, WindowAggregate
-
-# The history readers, re-exported: callers that replay a file read it through here.
-from anchorwatch.history import MINUTE_MS as MINUTE_MS
-from anchorwatch.history import BacktestInputError as BacktestInputError
-from anchorwatch.history import Label as Label
-from anchorwatch.history import parse_time_ms as parse_time_ms
-from anchorwatch.history import read_baselines as read_baselines
-from anchorwatch.history import read_labels as read_labels
-from anchorwatch.history import read_windows as read_windows
+from anchorwatch.history import MINUTE_MS, BacktestInputError, Label
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.fitting import FitResult, fit_baselines
 from anchorwatch.policy.incidents import Incident, IncidentChange, IncidentTracker, final_incidents

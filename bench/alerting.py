@@ -63,10 +63,10 @@ from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.fakes.slack import LocalSlack
 from anchorwatch.alerting.store import Store
 from anchorwatch.contracts import encode
+from anchorwatch.demo.journey import answers
+from anchorwatch.demo.slice import private_topics
 from anchorwatch.jobs.settings import JobSettings
-from anchorwatch.journey import answers
 from anchorwatch.kafkaio import client_config
-from anchorwatch.slice import private_topics
 from anchorwatch.stack.processes import free_port
 from anchorwatch.stack.stack import private_kafka
 from bench.quantiles import MISS, misses, ms, quantile, summary

@@ -25,7 +25,7 @@ Two kinds of evidence, both from the project's traffic generator and its labels:
    same types and fails the run if they disagree. The week is replayed with the baselines
    fitted on the generator's history: every incident there is a false alarm.
 
-3. Production-like scenarios (``anchorwatch.scenarios``, ``--families``): per family, a
+3. Production-like scenarios (``anchorwatch.demo.scenarios``, ``--families``): per family, a
    population of doc types with short fit histories (1-3 days) and a week to replay, whose
    windows are autocorrelated, quantised and flat, heavy-tailed, shifted, seasonal, trending
    or dropping, bursty (request counts) or spiky (byte counters) with ordinary bursts in the
@@ -55,17 +55,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from anchorwatch.backtest import Label, Score, aggregate_windows, alerts, backtest, score
+from anchorwatch.backtest import Score, aggregate_windows, alerts, backtest, score
 from anchorwatch.contracts import Baseline, WindowAggregate, encode
-from anchorwatch.generator import DocTypeProfile, TrafficConfig, generate
+from anchorwatch.demo.generator import DocTypeProfile, TrafficConfig, generate
+from anchorwatch.demo.scenarios import FAMILIES, ScenarioLabel
+from anchorwatch.demo.scenarios import scenario as make_family_scenario
+from anchorwatch.history import Label
 from anchorwatch.jobs.judge import DocTypeJudge
 from anchorwatch.policy import window as policy_window
 from anchorwatch.policy.config import PolicyConfig, RuleConfig, StaticRuleConfig
 from anchorwatch.policy.fitting import fit_baselines
 from anchorwatch.policy.incidents import IncidentChange, IncidentTracker
 from anchorwatch.policy.window import QualityLimits
-from anchorwatch.scenarios import FAMILIES, ScenarioLabel
-from anchorwatch.scenarios import scenario as make_family_scenario
 
 MINUTE_MS = 60_000
 DAY_MINUTES = 1440

@@ -16,7 +16,7 @@ from typing import Any, Final
 from anchorwatch.alerting.crash import CRASH_POINTS
 from anchorwatch.contracts import Verdict, WindowAggregate
 from anchorwatch.contracts.models import verdict_id
-from anchorwatch.slice import differences
+from anchorwatch.demo.slice import differences
 
 #: The faults of issue 17 that the local stack can inject, one per trial, cycled so that N
 #: trials cover every kind (N >= 7) in an order shuffled by the campaign seed.

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/faults.py --trials 10 [--seed 17] [--only broker-kill,...]
 
-Each trial is the demo's journey (anchorwatch/journey.py) on a cluster of three Kafka nodes
+Each trial is the demo's journey (anchorwatch/demo/journey.py) on a cluster of three Kafka nodes
 (replication 3, min.insync 2) and two TaskManagers: three hours of history, then live Kong
 batches over HTTP (retried as Kong does) through the ingest service (two worker processes),
 the drift job on the session cluster and the alerting service posting to the local Slack
@@ -51,15 +51,15 @@ import requests
 if __package__ in (None, ""):  # run as a script: the repository root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from anchorwatch import journey_plan as jp
-from anchorwatch import slice as flow
 from anchorwatch.alerting.crash import CRASH_ENV
 from anchorwatch.alerting.service import list_incidents
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.contracts import DeadLetter, decode, decode_drift_event
+from anchorwatch.demo import journey_plan as jp
+from anchorwatch.demo import slice as flow
+from anchorwatch.demo.journey import Journey, JourneyOptions, JourneyReport, Services
 from anchorwatch.jobs import cluster
 from anchorwatch.jobs.settings import JobSettings
-from anchorwatch.journey import Journey, JourneyOptions, JourneyReport, Services
 from anchorwatch.kafkaio import read_topic
 from anchorwatch.stack.processes import free_port_block
 from anchorwatch.stack.stack import Stack, StackSettings

@@ -93,10 +93,10 @@ from pyflink.table import DataTypes, Schema, TableDescriptor
 if __package__ in (None, ""):  # run as a script: the repository root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from anchorwatch import slice as flow
 from anchorwatch.connectors.validation import summary_of
 from anchorwatch.contracts import DOC_TYPE_MAX_CHARS, IDENTIFIER_MAX_CHARS
-from anchorwatch.generator import TrafficConfig, generate
+from anchorwatch.demo import slice as flow
+from anchorwatch.demo.generator import TrafficConfig, generate
 from anchorwatch.jobs import cluster, drift_job
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config

@@ -31,8 +31,8 @@ import psutil
 import requests
 from confluent_kafka import Consumer, Producer
 
-from anchorwatch import slice as flow
 from anchorwatch.connectors.validation import summary_of
+from anchorwatch.demo import slice as flow
 from anchorwatch.jobs import cluster, drift_job
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config

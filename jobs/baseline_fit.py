@@ -35,7 +35,6 @@ from pyflink.table import (
 from anchorwatch.baseline_publish import (  # the services (no pyflink) publish too
     BaselinePublishError as BaselinePublishError,
 )
-from anchorwatch.baseline_publish import publish_baselines as publish_baselines
 from anchorwatch.contracts import Baseline, ContractError, WindowAggregate, decode_baseline
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.history import window_from_row

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from anchorwatch.demo.slice import create_topics, delete_topics, new_run_id, run_scoped_topics
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.settings import KafkaSettings
-from anchorwatch.slice import create_topics, delete_topics, new_run_id, run_scoped_topics
 from anchorwatch.stack.stack import Stack
 from tests.support.stack import stack_on_free_ports
 

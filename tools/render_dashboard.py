@@ -3,7 +3,7 @@
 1. Generate gateway traffic with the project's generator (deterministic: a quiet history
    to fit baselines on, then a live span with drift incidents, data-quality faults and
    malformed records), compute every window the way the drift job does
-   (anchorwatch.slice.reference_windows), fit baselines and judge each window with the
+   (anchorwatch.demo.slice.reference_windows), fit baselines and judge each window with the
    project's policy code.
 2. Turn that into the series the services would have exposed (OpenMetrics with
    timestamps, one sample a minute) and backfill a Prometheus TSDB with
@@ -47,11 +47,11 @@ if __package__ in (None, ""):  # run as a script: make `tools` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from anchorwatch.contracts import WindowAggregate
-from anchorwatch.generator import TrafficConfig, generate
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.demo.slice import reference_windows
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.fitting import fit_baselines
 from anchorwatch.policy.window import baseline_at, judge_window
-from anchorwatch.slice import reference_windows
 from anchorwatch.stack.processes import free_port
 from tools import deploy_checks as dc
 

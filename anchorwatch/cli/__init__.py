@@ -28,7 +28,6 @@ from anchorwatch.cli.ingest import ingest
 from anchorwatch.cli.job import job
 from anchorwatch.cli.jvm import jvm
 from anchorwatch.cli.read import read_cmd
-from anchorwatch.cli.settings_cmd import all_settings as all_settings  # the README's table
 from anchorwatch.cli.settings_cmd import settings_cmd
 from anchorwatch.cli.stack import stack
 from anchorwatch.errors import AnchorwatchError

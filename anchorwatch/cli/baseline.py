@@ -156,6 +156,7 @@ def fit_cmd(
     typical request count, an hourly profile when the history allows, and the thresholds
     and minimum sample size every consumer compares windows with. Types with too little
     history are marked so and keep the static rule."""
+    from anchorwatch.baseline_publish import publish_baselines
     from anchorwatch.history import read_windows, write_baselines
     from anchorwatch.jobs import baseline_fit
     from anchorwatch.policy.fitting import fit_baselines
@@ -222,7 +223,7 @@ def fit_cmd(
         write_baselines(out, baselines)
         click.echo(f"wrote {len(baselines)} baselines to {out}", err=True)
     if publish:
-        n = baseline_fit.publish_baselines(
+        n = publish_baselines(
             settings.kafka,
             settings.topics.baselines,
             baselines,

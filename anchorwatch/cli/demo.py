@@ -1,5 +1,5 @@
 """`anchorwatch demo`: the whole pipeline as deployed, end to end; the work is in
-anchorwatch.journey."""
+anchorwatch.demo.journey."""
 
 from __future__ import annotations
 
@@ -65,10 +65,10 @@ def demo(ctx: click.Context, /, keep: bool, state_dir: Path, **opts: Any) -> Non
     dead-lettered."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from anchorwatch import journey
     from anchorwatch.alerting.settings import AlertingSettings
+    from anchorwatch.demo import journey
+    from anchorwatch.demo.journey_plan import make_plan
     from anchorwatch.jobs.settings import JobSettings
-    from anchorwatch.journey_plan import make_plan
     from anchorwatch.stack.stack import Stack, StackSettings
 
     options = journey.JourneyOptions(

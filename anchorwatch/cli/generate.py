@@ -1,5 +1,5 @@
 """`anchorwatch generate`: realistic gateway traffic, deterministic by seed; the work is in
-anchorwatch.generator."""
+anchorwatch.demo.generator."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ _traffic_options = options(
 
 
 def _traffic_config(opts: dict[str, Any]) -> Any:
-    from anchorwatch.generator import TrafficConfig
+    from anchorwatch.demo.generator import TrafficConfig
 
     fields: dict[str, Any] = {
         "seed": opts["seed"],
@@ -144,7 +144,7 @@ def generate_cmd(
     """Write or produce realistic gateway traffic, deterministic by seed: many doc types,
     out-of-order and late events, malformed records, data-quality faults and labelled
     drift incidents."""
-    from anchorwatch.generator import generate, to_kong_entry
+    from anchorwatch.demo.generator import generate, to_kong_entry
     from anchorwatch.jobs.settings import JobSettings
 
     traffic = generate(_traffic_config(opts))

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 from confluent_kafka import Producer
 
-from anchorwatch import slice as flow
 from anchorwatch.connectors.publisher import SnapshotPublisher
 from anchorwatch.contracts import AnchorSnapshot, Baseline, SnapshotEvent, Verdict, encode
+from anchorwatch.demo import slice as flow
 from anchorwatch.jobs.settings import JobSettings
 
 T0 = 1_764_403_200_000

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from anchorwatch import slice as flow
 from anchorwatch.connectors.server import IngestService
 from anchorwatch.connectors.settings import IngestSettings
 from anchorwatch.contracts import SnapshotEvent, encode
-from anchorwatch.generator import TrafficConfig, generate
+from anchorwatch.demo import slice as flow
+from anchorwatch.demo.generator import TrafficConfig, generate
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import Message, read_topic
 

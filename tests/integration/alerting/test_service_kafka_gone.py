@@ -20,8 +20,8 @@ from anchorwatch.alerting.fakes.slack import LocalSlack
 from anchorwatch.alerting.render import incident_label
 from anchorwatch.alerting.service import list_incidents
 from anchorwatch.alerting.store import Store
+from anchorwatch.demo.slice import create_topics
 from anchorwatch.jobs.settings import JobSettings
-from anchorwatch.slice import create_topics
 from anchorwatch.stack.stack import Stack
 from tests.support.alerting import POLICY, SLACK_TOKEN, lifecycle, parents_by_label, slack_threads
 from tests.support.alerting_kafka import (

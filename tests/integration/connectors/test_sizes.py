@@ -24,11 +24,11 @@ from confluent_kafka.admin import (
 from anchorwatch.connectors.server import IngestService
 from anchorwatch.connectors.settings import IngestSettings
 from anchorwatch.contracts import DeadLetter, SnapshotEvent, decode, encode
+from anchorwatch.demo.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.slice import create_topics
 from anchorwatch.errors import AnchorwatchError
-from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config, read_topic
-from anchorwatch.slice import create_topics
 from anchorwatch.stack.topics import topic_message_bytes
 
 pytestmark = [pytest.mark.integration]

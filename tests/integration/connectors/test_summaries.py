@@ -14,14 +14,14 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient
 
-from anchorwatch import slice as flow
 from anchorwatch.cli.ingest import ingest
 from anchorwatch.connectors.server import IngestService
 from anchorwatch.connectors.validation import summary_of
 from anchorwatch.contracts import SnapshotEvent, SnapshotSummary, encode
 from anchorwatch.contracts.avro import decode_summary, is_avro_summary
+from anchorwatch.demo import slice as flow
+from anchorwatch.demo.generator import to_kong_entry
 from anchorwatch.errors import AnchorwatchError
-from anchorwatch.generator import to_kong_entry
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import Message, client_config
 from tests.support.ingest import as_written as _as_written

@@ -12,12 +12,13 @@ import pytest
 from click.testing import CliRunner, Result
 from confluent_kafka import Producer
 
-from anchorwatch import slice as flow
 from anchorwatch.backtest import aggregate_windows
+from anchorwatch.baseline_publish import publish_baselines
 from anchorwatch.cli.baseline import baseline
 from anchorwatch.contracts import Baseline, SnapshotEvent, Verdict, encode, verdict_id
-from anchorwatch.generator import TrafficConfig, generate
-from anchorwatch.jobs.baseline_fit import publish_baselines, read_baselines
+from anchorwatch.demo import slice as flow
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.jobs.baseline_fit import read_baselines
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.fitting import fit_baselines

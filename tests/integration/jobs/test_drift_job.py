@@ -19,10 +19,10 @@ import pytest
 import requests
 from confluent_kafka import Producer
 
-from anchorwatch import slice as flow
 from anchorwatch.connectors.validation import summary_of
 from anchorwatch.contracts import DeadLetter, SnapshotSummary, Verdict, decode, encode, verdict_id
 from anchorwatch.contracts.avro import encode_summary
+from anchorwatch.demo import slice as flow
 from anchorwatch.jobs import cluster, drift_job
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import producer_max_bytes, read_topic, record_limit

@@ -14,8 +14,8 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
-from anchorwatch import slice as flow
-from anchorwatch.generator import TrafficConfig, generate
+from anchorwatch.demo import slice as flow
+from anchorwatch.demo.generator import TrafficConfig, generate
 from anchorwatch.jobs import drift_job
 from anchorwatch.jobs.settings import JobSettings
 

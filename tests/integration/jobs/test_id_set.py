@@ -2,7 +2,7 @@
 does, against adding them one at a time: the same "new" answers for every id (repeats within
 a run and across runs, hashes sharing a slot, the all-zero hash) and the same set at the end,
 in sets that grow from empty and in sets sized up front. Compiled and run against the jobs'
-jar by jobs/jvm/bench/run.py."""
+jar by bench/jvm/run.py."""
 
 from __future__ import annotations
 

@@ -11,20 +11,16 @@ from pathlib import Path
 import orjson
 import pytest
 
-from anchorwatch.backtest import (
+from anchorwatch.backtest import aggregate_windows, alerts, backtest, fit_until, score
+from anchorwatch.contracts import AnchorSnapshot, SnapshotEvent, WindowAggregate, encode
+from anchorwatch.history import (
     BacktestInputError,
     Label,
-    aggregate_windows,
-    alerts,
-    backtest,
-    fit_until,
     parse_time_ms,
     read_baselines,
     read_labels,
     read_windows,
-    score,
 )
-from anchorwatch.contracts import AnchorSnapshot, SnapshotEvent, WindowAggregate, encode
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.incidents import Incident, IncidentChange
 

@@ -11,9 +11,10 @@ import orjson
 import pytest
 from click.testing import CliRunner, Result
 
-from anchorwatch.backtest import BacktestInputError, aggregate_windows
+from anchorwatch.backtest import aggregate_windows
 from anchorwatch.cli.baseline import baseline
-from anchorwatch.generator import TrafficConfig, generate
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.history import BacktestInputError
 
 # The generated history takes a few seconds to make.
 pytestmark = [pytest.mark.slow]

@@ -9,7 +9,6 @@ import random
 import orjson
 
 from anchorwatch.backtest import (
-    Label,
     backtest,
     change_record,
     deduplicate,
@@ -19,6 +18,7 @@ from anchorwatch.backtest import (
     spacing,
 )
 from anchorwatch.contracts import WindowAggregate
+from anchorwatch.history import Label
 from anchorwatch.policy.config import PolicyConfig, RuleConfig
 from anchorwatch.policy.incidents import Incident, IncidentChange
 

@@ -31,7 +31,7 @@ from anchorwatch.connectors.records import (
 )
 from anchorwatch.connectors.validation import TimeWindow
 from anchorwatch.contracts import SnapshotEvent, encode
-from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import TrafficConfig, generate, to_kong_entry
 from tests.support.fastpath import FORMATS, WINDOWS, assert_paths_agree
 
 _NUMBERS = st.sampled_from(

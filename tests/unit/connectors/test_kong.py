@@ -13,7 +13,7 @@ import pytest
 
 from anchorwatch.connectors.kong import KongFormat, fallback_event_id, kong_record
 from anchorwatch.contracts import ContractError, SnapshotEvent, decode_snapshot, encode
-from anchorwatch.generator import KongHeaderNames, TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import KongHeaderNames, TrafficConfig, generate, to_kong_entry
 
 LOG = "x-anthropic-snapshot-log"
 COUNT = "x-anthropic-anchor-count"

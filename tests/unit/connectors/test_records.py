@@ -20,7 +20,7 @@ from anchorwatch.connectors.records import (
     reason_summary,
 )
 from anchorwatch.contracts import ContractError, FieldProblem, SnapshotEvent, encode
-from anchorwatch.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import TrafficConfig, generate, to_kong_entry
 
 
 @functools.lru_cache(maxsize=1)

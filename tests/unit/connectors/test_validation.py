@@ -23,7 +23,7 @@ from anchorwatch.connectors.records import _ANY_TIME, ndjson_record
 from anchorwatch.connectors.validation import snapshot_record, summary_of
 from anchorwatch.contracts import ContractError, SnapshotEvent, SnapshotSummary, encode
 from anchorwatch.contracts.avro import decode_summary, encode_summary
-from anchorwatch.generator import TrafficConfig, generate
+from anchorwatch.demo.generator import TrafficConfig, generate
 
 SOURCE: Final = "validation-test"
 

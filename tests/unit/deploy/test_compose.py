@@ -151,7 +151,7 @@ def test_compose_variables_are_listed_by_anchorwatch_settings(
     missing = sorted(used - listed)
     assert not missing, (
         f"set in docker-compose.yml but not printed by `anchorwatch settings`: {missing} "
-        "(is the service's settings class in anchorwatch.cli.all_settings()?)"
+        "(is the service's settings class in anchorwatch.cli.settings_cmd.all_settings()?)"
     )
 
 

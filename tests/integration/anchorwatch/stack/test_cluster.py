@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from anchorwatch import slice as flow
+from anchorwatch.demo import slice as flow
 from anchorwatch.jobs import cluster, drift_job
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.stack.flink import TASKMANAGER_CLASS

@@ -6,10 +6,10 @@ PyFlink's jars and the jobs' jar:
 - IdSetBench.java: a window's id set, ns per id added one at a time and a run at a time,
   and a differential check of the two.
 
-    .venv/bin/python jobs/jvm/bench/run.py bench 8                # rounds of CPU per record
-    .venv/bin/python jobs/jvm/bench/run.py fuzz 1 300000          # seed, mutated records
-    .venv/bin/python jobs/jvm/bench/run.py idset-bench 7 1000000  # rounds, ids a window
-    .venv/bin/python jobs/jvm/bench/run.py idset-check 1 300000   # seed, ids
+    .venv/bin/python bench/jvm/run.py bench 8                # rounds of CPU per record
+    .venv/bin/python bench/jvm/run.py fuzz 1 300000          # seed, mutated records
+    .venv/bin/python bench/jvm/run.py idset-bench 7 1000000  # rounds, ids a window
+    .venv/bin/python bench/jvm/run.py idset-check 1 300000   # seed, ids
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyflink
 
-from anchorwatch.generator import TrafficConfig, generate
+from anchorwatch.demo.generator import TrafficConfig, generate
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.stack.jvm import fetch
 

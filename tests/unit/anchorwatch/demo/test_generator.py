@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from anchorwatch.contracts import RESAMPLE, AnchorSnapshot, ContractError, decode_snapshot, encode
 from anchorwatch.contracts.models import SnapshotEvent
-from anchorwatch.generator import (
+from anchorwatch.demo.generator import (
     DOC_TYPE_NAMES,
     DRIFT_KINDS,
     FAULT_KINDS,

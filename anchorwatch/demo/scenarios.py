@@ -83,8 +83,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
-from anchorwatch.backtest import Label
 from anchorwatch.contracts import WindowAggregate
+from anchorwatch.history import Label
 
 MINUTE_MS: Final = 60_000
 DAY_MINUTES: Final = 1440

@@ -32,11 +32,11 @@ import aiohttp
 import orjson
 import requests
 
-from anchorwatch import journey_plan as jp
-from anchorwatch import slice as flow
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.baseline_publish import publish_baselines
 from anchorwatch.contracts import DeadLetter, Verdict, decode
+from anchorwatch.demo import journey_plan as jp
+from anchorwatch.demo import slice as flow
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.jobs import cluster, drift_job
 from anchorwatch.jobs.baseline_fit import windows_from_topic

@@ -8,12 +8,12 @@ import functools
 import orjson
 import pytest
 
-from anchorwatch import journey_plan as jp
 from anchorwatch.backtest import backtest
 from anchorwatch.connectors.kong import kong_record
 from anchorwatch.contracts import ContractError, encode
+from anchorwatch.demo import journey_plan as jp
+from anchorwatch.demo.slice import reference_windows
 from anchorwatch.policy.config import PolicyConfig
-from anchorwatch.slice import reference_windows
 
 NOW = 1_767_600_000_000 + 12_345
 

@@ -37,7 +37,7 @@ import psutil
 import pytest
 import requests
 
-from anchorwatch.journey_plan import INCIDENTS
+from anchorwatch.demo.journey_plan import INCIDENTS
 from anchorwatch.stack.processes import free_port
 from anchorwatch.stack.stack import Stack, StackSettings
 

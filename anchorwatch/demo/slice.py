@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from anchorwatch.connectors.publisher import PublishStats, SnapshotPublisher
 from anchorwatch.contracts import SnapshotEvent, Verdict, WindowAggregate, decode_verdict
-from anchorwatch.generator import Traffic
+from anchorwatch.demo.generator import Traffic
 from anchorwatch.jobs import drift_job
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config, read_topic

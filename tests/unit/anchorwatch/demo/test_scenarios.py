@@ -1,4 +1,4 @@
-"""Production-like scenario families (anchorwatch.scenarios) and their scoring (bench)."""
+"""Production-like scenario families (anchorwatch.demo.scenarios) and their scoring (bench)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from functools import cache
 import pytest
 
 from anchorwatch.backtest import backtest
-from anchorwatch.policy.config import PolicyConfig
-from anchorwatch.scenarios import (
+from anchorwatch.demo.scenarios import (
     AR1_PHIS,
     FAMILIES,
     GRID,
@@ -28,6 +27,7 @@ from anchorwatch.scenarios import (
     family_window_ms,
     scenario,
 )
+from anchorwatch.policy.config import PolicyConfig
 from bench.detection import (
     Change,
     FamilyScore,

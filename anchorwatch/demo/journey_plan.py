@@ -28,7 +28,7 @@ from typing import Any, Final
 import orjson
 
 from anchorwatch.contracts import SnapshotEvent
-from anchorwatch.generator import (
+from anchorwatch.demo.generator import (
     GeneratedRecord,
     IncidentLabel,
     Traffic,

@@ -9,12 +9,12 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
-from anchorwatch import slice as flow
 from anchorwatch.connectors.validation import summary_of
 from anchorwatch.contracts import SnapshotSummary, decode, encode
 from anchorwatch.contracts.avro import decode_summary
 from anchorwatch.contracts.models import DeadLetter
-from anchorwatch.generator import TrafficConfig, generate
+from anchorwatch.demo import slice as flow
+from anchorwatch.demo.generator import TrafficConfig, generate
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import read_topic
 from anchorwatch.stack.stack import Stack

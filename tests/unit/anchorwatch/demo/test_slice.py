@@ -5,8 +5,8 @@ from typing import Literal
 import pytest
 
 from anchorwatch.contracts import AnchorSnapshot, SnapshotEvent, WindowAggregate
+from anchorwatch.demo.slice import compare, percentile, reference_windows, run_scoped_topics
 from anchorwatch.settings import TopicSettings
-from anchorwatch.slice import compare, percentile, reference_windows, run_scoped_topics
 
 T0 = 1_764_403_200_000
 

@@ -3,7 +3,7 @@ the drift job does) never drops an event of another generated stream."""
 
 from __future__ import annotations
 
-from anchorwatch.generator import MINUTE_MS, TrafficConfig, generate
+from anchorwatch.demo.generator import MINUTE_MS, TrafficConfig, generate
 
 START = 1_764_403_200_000
 
