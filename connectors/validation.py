@@ -172,7 +172,7 @@ def check_native_contract() -> None:
     ):
         raise ContractChanged(
             "SnapshotEvent's validators or computed fields changed: mirror them in "
-            "connectors/native/src/lib.rs"
+            "connectors/native/src/snapshot.rs (the checks) and lib.rs (contract())"
         )
     native = orjson.loads(_native.contract())
     if native["RESAMPLE"] != RESAMPLE:
@@ -190,7 +190,7 @@ def check_native_contract() -> None:
             if described != native[model.__name__][name]:
                 raise ContractChanged(
                     f"{model.__name__}.{name} is {described} in the model but "
-                    f"{native[model.__name__][name]} in connectors/native/src/lib.rs"
+                    f"{native[model.__name__][name]} in contract() of connectors/native/src/lib.rs"
                 )
 
 

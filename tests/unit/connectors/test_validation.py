@@ -51,12 +51,12 @@ def _writable(data: Any) -> bool:
     return True
 
 
-# serde_json and orjson print floats alike below this (lib.rs, FLOAT_BELOW).
+# serde_json and orjson print floats alike below this (snapshot.rs, FLOAT_BELOW).
 _FLOAT_BELOW: Final = 1e16
 
 
 def _compiled_may_defer(data: dict[str, Any]) -> bool:
-    """A valid record the compiled reader leaves to the reference path on purpose (lib.rs:
+    """A valid record the compiled reader leaves to the reference path on purpose (snapshot.rs:
     plain_float, plain_doc_type)."""
     doc_type = data.get("doc_type")
     if isinstance(doc_type, str) and not all(" " <= c <= "~" for c in doc_type):
