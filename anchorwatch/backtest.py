@@ -22,7 +22,8 @@ from anchorwatch.contracts import Baseline, SnapshotEvent, WindowAggregate
 from anchorwatch.history import MINUTE_MS, BacktestInputError, Label
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.fitting import FitResult, fit_baselines
-from anchorwatch.policy.incidents import Incident, IncidentChange, IncidentTracker, final_incidents
+from anchorwatch.policy.incident_types import Incident, IncidentChange, final_incidents
+from anchorwatch.policy.incidents import IncidentTracker
 from anchorwatch.policy.series import quantile
 
 DRIFT_KINDS: Final = ("jump", "ramp")

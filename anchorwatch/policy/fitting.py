@@ -41,7 +41,8 @@ from typing import Any
 
 from anchorwatch.contracts import Baseline, WindowAggregate
 from anchorwatch.policy.config import PolicyConfig
-from anchorwatch.policy.incidents import MIN_SPIKE_WINDOWS, IncidentTracker, final_incidents
+from anchorwatch.policy.incident_types import final_incidents
+from anchorwatch.policy.incidents import IncidentTracker
 from anchorwatch.policy.seasons import hourly_centers, weekday_offsets
 from anchorwatch.policy.series import (
     clip,
@@ -55,6 +56,7 @@ from anchorwatch.policy.series import (
     spread_inflation,
     sustained_marks,
 )
+from anchorwatch.policy.spikes import MIN_SPIKE_WINDOWS
 from anchorwatch.policy.tail import MIN_SPIKES, spike_record, spikes
 from anchorwatch.policy.window import DAY_MS, MIN_SPREAD, baseline_at, center_at
 

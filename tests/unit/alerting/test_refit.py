@@ -21,7 +21,7 @@ from anchorwatch.alerting.store import Store
 from anchorwatch.baseline_publish import BaselinePublishError
 from anchorwatch.contracts import Baseline, Verdict, encode
 from anchorwatch.policy.fitting import fit_baseline
-from anchorwatch.policy.incidents import Incident, IncidentChange
+from anchorwatch.policy.incident_types import Incident, IncidentChange
 from anchorwatch.policy.refit import MemoryRows, RefitHistory, RefitSchedule, WindowRows
 from tests.support.alerting import T0, verdict
 

@@ -22,7 +22,7 @@ from anchorwatch.history import (
     read_windows,
 )
 from anchorwatch.policy.config import PolicyConfig
-from anchorwatch.policy.incidents import Incident, IncidentChange
+from anchorwatch.policy.incident_types import Incident, IncidentChange
 
 T0 = 1_764_403_200_000  # 2025-11-29T08:00Z
 MIN = 60_000

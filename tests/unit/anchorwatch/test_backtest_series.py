@@ -20,7 +20,7 @@ from anchorwatch.backtest import (
 from anchorwatch.contracts import WindowAggregate
 from anchorwatch.history import Label
 from anchorwatch.policy.config import PolicyConfig, RuleConfig
-from anchorwatch.policy.incidents import Incident, IncidentChange
+from anchorwatch.policy.incident_types import Incident, IncidentChange
 
 T0 = 1_764_403_200_000  # 2025-11-29T08:00Z
 MIN = 60_000

@@ -13,13 +13,13 @@ import pytest
 
 from anchorwatch.contracts import Baseline, Verdict, WindowAggregate, verdict_id
 from anchorwatch.policy.config import PolicyConfig, RuleConfig, StaticRuleConfig
-from anchorwatch.policy.incidents import (
+from anchorwatch.policy.incident_types import (
     IncidentChange,
-    IncidentTracker,
     drift_event,
     final_incidents,
     incident_id,
 )
+from anchorwatch.policy.incidents import IncidentTracker
 from tests.support.policy import baseline
 
 T0 = 1_764_403_200_000

@@ -12,13 +12,9 @@ from anchorwatch.contracts import Baseline, WindowAggregate
 from anchorwatch.policy import fitting
 from anchorwatch.policy.config import PolicyConfig, RuleConfig
 from anchorwatch.policy.fitting import fit_baseline
-from anchorwatch.policy.incidents import (
-    NOISY,
-    RECORD,
-    SUSTAINED,
-    IncidentChange,
-    IncidentTracker,
-)
+from anchorwatch.policy.incident_types import IncidentChange
+from anchorwatch.policy.incidents import IncidentTracker
+from anchorwatch.policy.spikes import NOISY, RECORD, SUSTAINED
 from anchorwatch.policy.tail import fit_pareto, spike_record, sustained
 from tests.support.policy import baseline as make_baseline
 

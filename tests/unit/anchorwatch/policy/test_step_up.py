@@ -8,7 +8,9 @@ from typing import Any
 
 from anchorwatch.contracts import Baseline, WindowAggregate
 from anchorwatch.policy.config import PolicyConfig
-from anchorwatch.policy.incidents import STEP_UP, IncidentChange, IncidentTracker
+from anchorwatch.policy.evidence import STEP_UP
+from anchorwatch.policy.incident_types import IncidentChange
+from anchorwatch.policy.incidents import IncidentTracker
 
 T0 = 1_764_403_200_000
 MIN = 60_000
