@@ -37,7 +37,8 @@ from anchorwatch.jobs import cluster, drift_job
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config
 from anchorwatch.stack.stack import Stack
-from bench.job import MIN, Watch, load_events, snapshot
+from bench.job_measure import Watch
+from bench.job_runs import MIN, load_events, snapshot
 from tests.support.stack import stack_on_free_ports
 
 
