@@ -63,7 +63,7 @@ from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.fakes.slack import LocalSlack
 from anchorwatch.alerting.store import Store
 from anchorwatch.contracts import encode
-from anchorwatch.demo.journey import answers
+from anchorwatch.demo.journey_processes import answers
 from anchorwatch.demo.slice import private_topics
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config

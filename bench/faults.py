@@ -57,7 +57,9 @@ from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.contracts import DeadLetter, decode, decode_drift_event
 from anchorwatch.demo import journey_plan as jp
 from anchorwatch.demo import slice as flow
-from anchorwatch.demo.journey import Journey, JourneyOptions, JourneyReport, Services
+from anchorwatch.demo.journey import Journey, JourneyOptions
+from anchorwatch.demo.journey_processes import Services
+from anchorwatch.demo.journey_results import JourneyReport
 from anchorwatch.jobs import cluster
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import read_topic

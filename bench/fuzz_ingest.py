@@ -28,7 +28,8 @@ from anchorwatch.connectors.kong import DEFAULT_FORMAT, KongFormat
 from anchorwatch.connectors.records import Batch, kong_body, ndjson_body
 from anchorwatch.connectors.validation import TimeWindow
 from anchorwatch.contracts import SnapshotEvent, encode
-from anchorwatch.demo.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.demo.kong_entry import to_kong_entry
 from tests.support.fastpath import FORMATS, outcome
 
 TARGETS = ("kong", "ndjson")

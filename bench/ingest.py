@@ -59,7 +59,8 @@ from anchorwatch import logs
 from anchorwatch.connectors.server import serve
 from anchorwatch.connectors.settings import IngestOptions, IngestSettings
 from anchorwatch.contracts import SnapshotEvent, encode
-from anchorwatch.demo.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.demo.kong_entry import to_kong_entry
 from anchorwatch.demo.slice import private_topics
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.stack.processes import free_port

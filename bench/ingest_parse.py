@@ -19,7 +19,8 @@ import time
 import orjson
 
 from anchorwatch.connectors.records import kong_body
-from anchorwatch.demo.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.demo.kong_entry import to_kong_entry
 
 
 def main() -> None:

@@ -68,6 +68,7 @@ def demo(ctx: click.Context, /, keep: bool, state_dir: Path, **opts: Any) -> Non
     from anchorwatch.alerting.settings import AlertingSettings
     from anchorwatch.demo import journey
     from anchorwatch.demo.journey_plan import make_plan
+    from anchorwatch.demo.journey_results import summary_lines
     from anchorwatch.jobs.settings import JobSettings
     from anchorwatch.stack.stack import Stack, StackSettings
 
@@ -113,7 +114,7 @@ def demo(ctx: click.Context, /, keep: bool, state_dir: Path, **opts: Any) -> Non
             if started_stack:
                 s.down()
     click.echo(f"[6/6] done in {time.monotonic() - t0:.0f}s")
-    for line in journey.summary_lines(report):
+    for line in summary_lines(report):
         click.echo(line)
     if keep:
         click.echo(

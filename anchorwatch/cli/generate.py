@@ -144,7 +144,8 @@ def generate_cmd(
     """Write or produce realistic gateway traffic, deterministic by seed: many doc types,
     out-of-order and late events, malformed records, data-quality faults and labelled
     drift incidents."""
-    from anchorwatch.demo.generator import generate, to_kong_entry
+    from anchorwatch.demo.generator import generate
+    from anchorwatch.demo.kong_entry import to_kong_entry
     from anchorwatch.jobs.settings import JobSettings
 
     traffic = generate(_traffic_config(opts))

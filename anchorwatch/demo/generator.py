@@ -4,6 +4,8 @@
 incidents that were injected, and ``records()``, the NDJSON record bodies in the order a
 gateway would deliver them (by arrival time, with ordinary disorder, late stragglers and
 malformed lines mixed in). Pure logic: writing to Kafka or files is done by the callers.
+The malformed bodies come from :mod:`anchorwatch.demo.malformed`; the Kong http-log entry of
+an event's request from :mod:`anchorwatch.demo.kong_entry`.
 
 Everything is drawn from ``random.Random`` instances seeded from the config, never from the
 global generator or the clock, so the same config always yields byte-identical records.
@@ -22,7 +24,6 @@ from __future__ import annotations
 import heapq
 import math
 import random
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -31,24 +32,7 @@ import orjson
 
 from anchorwatch.contracts.codec import encode
 from anchorwatch.contracts.models import RESAMPLE, AnchorSnapshot, SnapshotEvent
-
-__all__ = [
-    "DEFAULT_KONG_HEADERS",
-    "DOC_TYPE_NAMES",
-    "DRIFT_KINDS",
-    "FAULT_KINDS",
-    "INCIDENT_KINDS",
-    "MALFORMED_REASONS",
-    "WARMUP_MINUTES",
-    "DocTypeProfile",
-    "GeneratedRecord",
-    "IncidentLabel",
-    "KongHeaderNames",
-    "Traffic",
-    "TrafficConfig",
-    "generate",
-    "to_kong_entry",
-]
+from anchorwatch.demo.malformed import malformed_line
 
 MINUTE_MS: Final = 60_000
 #: Incidents start at least this many minutes into the run, after a clean warm-up.
@@ -63,15 +47,6 @@ _PLACEMENT_ATTEMPTS: Final = 100
 DRIFT_KINDS: Final = ("jump", "ramp")
 FAULT_KINDS: Final = ("zero_anchors", "disabled", "kl_spike", "resample_burst")
 INCIDENT_KINDS: Final = DRIFT_KINDS + FAULT_KINDS
-MALFORMED_REASONS: Final = (
-    "not_json",
-    "truncated",
-    "missing_field",
-    "out_of_range",
-    "wrong_type",
-    "count_mismatch",
-)
-
 DOC_TYPE_NAMES: Final = (
     "purchase_contract",
     "medical_report",
@@ -109,22 +84,6 @@ _REQUEST_SHARE: Final = math.sqrt(0.36)
 _ANCHOR_SHARE: Final = math.sqrt(0.64)
 _RESAMPLE_ABOVE: Final = 0.8
 _ANCHOR_KINDS: Final = ("SECTION", "SECTION", "SECTION", "TABLE", "ENTITY", "ENTITY", "CLAUSE")
-
-# Lines a broken producer or proxy really puts on a topic; none of them parse as JSON.
-_NOT_JSON_LINES: Final = (
-    b"upstream connect error or disconnect/reset before headers. reset reason: overflow",
-    b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>",
-    b"2025/11/29 08:00:01 [error] 1337#0: *42 lua entry thread aborted: runtime error",
-    b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03",  # a gzip header: compressed by mistake
-    b"{'event_id': 'abc', 'doc_type': 'invoice'}",  # a Python repr, not JSON
-)
-_REQUIRED_FIELDS: Final = (
-    "event_id",
-    "event_time_ms",
-    "doc_type",
-    "snapshot_status",
-    "anchor_count",
-)
 
 
 # --------------------------------------------------------------------------------------------
@@ -225,21 +184,7 @@ class GeneratedRecord:
     raw: bytes  # NDJSON line body, no newline: encode(event), or the malformed bytes
     event: SnapshotEvent | None  # None for malformed records
     late: bool  # delayed by the late mechanism rather than ordinary disorder
-    malformed_reason: str | None  # one of MALFORMED_REASONS, or None
-
-
-@dataclass(frozen=True, slots=True)
-class KongHeaderNames:
-    """Headers that carry the snapshot in a Kong http-log entry."""
-
-    doc_type: str = "x-anthropic-doc-type"
-    snapshot_status: str = "x-anthropic-snapshot-status"
-    anchor_count: str = "x-anthropic-anchor-count"
-    snapshot_log: str = "x-anthropic-snapshot-log"
-    request_id: str = "x-request-id"
-
-
-DEFAULT_KONG_HEADERS: Final = KongHeaderNames()
+    malformed_reason: str | None  # one of malformed.MALFORMED_REASONS, or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +237,7 @@ class Traffic:
             late_delay = delivery.randint(*cfg.late_delay_ms)
             arrival = event_time + (late_delay if late else ordinary_delay)
             if malformed:
-                raw, reason = _malformed(corrupt, event)
+                raw, reason = malformed_line(corrupt, event)
                 yield GeneratedRecord(arrival, raw, None, late, reason)
             else:
                 yield GeneratedRecord(arrival, encode(event), event, late, None)
@@ -522,142 +467,3 @@ def _anchors(
         )
         position += rng.randint(40, 1500)
     return anchors
-
-
-def _malformed(rng: random.Random, event: SnapshotEvent) -> tuple[bytes, str]:
-    """Bytes a broken producer might send in place of ``event``; none passes decode_snapshot."""
-    reason = rng.choice(MALFORMED_REASONS)
-    if reason == "not_json":
-        return rng.choice(_NOT_JSON_LINES), reason
-    raw = encode(event)
-    if reason == "truncated":
-        # Any proper prefix of a JSON object is unbalanced, hence invalid.
-        return raw[: rng.randint(1, len(raw) - 1)], reason
-    data = orjson.loads(raw)
-    anchors: list[dict[str, Any]] = data["anchors"]
-    if reason == "missing_field":
-        del data[rng.choice(_REQUIRED_FIELDS)]
-    elif reason == "out_of_range":
-        if anchors:
-            rng.choice(anchors)["drift_score"] = round(rng.uniform(1.05, 3.0), 4)
-        else:
-            data["event_time_ms"] //= 1000  # seconds where milliseconds belong
-    elif reason == "wrong_type":
-        if anchors:
-            target = rng.choice(anchors)
-            target["drift_score"] = str(target["drift_score"])
-        else:
-            data["anchor_count"] = str(data["anchor_count"])
-    else:  # count_mismatch: the log lists more anchors than the gateway counted
-        if not anchors:
-            anchors.append(
-                {
-                    "anchor_id": "SECTION_001",
-                    "position": 0,
-                    "l2_norm": 4.2,
-                    "cosine_angle": 0.9,
-                    "kl_divergence": 0.03,
-                    "drift_score": 0.3,
-                    "recommendation": "none",
-                }
-            )
-        data["anchor_count"] = len(anchors) - 1
-    return orjson.dumps(data), reason
-
-
-# --------------------------------------------------------------------------------------------
-# Kong http-log entries
-
-_SERVICE_ID: Final = str(uuid.uuid5(uuid.NAMESPACE_URL, "anchorwatch:service:anthropic-messages"))
-_ROUTE_ID: Final = str(uuid.uuid5(uuid.NAMESPACE_URL, "anchorwatch:route:llm-messages"))
-_CONFIG_TIME_S: Final = 1_764_000_000  # created_at / updated_at of the service and route
-
-
-def to_kong_entry(
-    event: SnapshotEvent, *, headers: KongHeaderNames = DEFAULT_KONG_HEADERS
-) -> dict[str, Any]:
-    """The object Kong's http-log plugin would have posted for ``event``'s request.
-
-    The caller declares the doc type on its request; the upstream's measurements (status,
-    anchor count, snapshot log) arrive on the response (string values, as Kong logs them); sizes,
-    latencies and the client address are drawn from a stream seeded by the event id, so the
-    same event always gives the same entry.
-    """
-    rng = random.Random(f"kong:{event.event_id}")
-    snapshot_log = orjson.dumps([a.model_dump(mode="json") for a in event.anchors]).decode()
-    request_size = 1_200 + event.anchor_count * rng.randint(800, 4_000)
-    response_size = rng.randint(600, 8_000)
-    proxy = int(rng.lognormvariate(math.log(2_500), 0.5)) + 15 * event.anchor_count
-    kong = rng.randint(1, 12)
-    return {
-        "request": {
-            "method": "POST",
-            "uri": "/v1/messages",
-            "url": "http://llm-gateway.internal:8000/v1/messages",
-            "size": request_size,
-            "querystring": {},
-            "headers": {
-                "host": "llm-gateway.internal:8000",
-                "content-type": "application/json",
-                "content-length": str(request_size - 400),
-                "anthropic-version": "2023-06-01",
-                "user-agent": "anchorwatch-generator/1",
-                headers.request_id: event.event_id,
-                headers.doc_type: event.doc_type,
-            },
-        },
-        "upstream_uri": "/v1/messages",
-        "response": {
-            "status": 200,
-            "size": response_size,
-            "headers": {
-                "content-type": "application/json",
-                "content-length": str(response_size - 300),
-                "x-kong-upstream-latency": str(proxy),
-                "x-kong-proxy-latency": str(kong),
-                "via": "kong/3.9.0",
-                headers.request_id: event.event_id,
-                headers.snapshot_status: event.snapshot_status,
-                headers.anchor_count: str(event.anchor_count),
-                headers.snapshot_log: snapshot_log,
-            },
-        },
-        "started_at": event.event_time_ms,
-        "latencies": {"request": proxy + kong + rng.randint(0, 5), "kong": kong, "proxy": proxy},
-        "tries": [
-            {
-                "ip": "160.79.104.10",
-                "port": 443,
-                "balancer_start": event.event_time_ms + kong,
-                "balancer_latency": 0,
-            }
-        ],
-        "service": {
-            "id": _SERVICE_ID,
-            "name": "anthropic-messages",
-            "host": "api.anthropic.com",
-            "port": 443,
-            "protocol": "https",
-            "path": "/",
-            "retries": 5,
-            "connect_timeout": 60_000,
-            "read_timeout": 600_000,
-            "write_timeout": 60_000,
-            "created_at": _CONFIG_TIME_S,
-            "updated_at": _CONFIG_TIME_S,
-        },
-        "route": {
-            "id": _ROUTE_ID,
-            "name": "llm-messages",
-            "paths": ["/v1/messages"],
-            "methods": ["POST"],
-            "protocols": ["http", "https"],
-            "strip_path": False,
-            "preserve_host": False,
-            "service": {"id": _SERVICE_ID},
-            "created_at": _CONFIG_TIME_S,
-            "updated_at": _CONFIG_TIME_S,
-        },
-        "client_ip": f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}",
-        "source": "upstream",
-    }

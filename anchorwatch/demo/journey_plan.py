@@ -34,8 +34,8 @@ from anchorwatch.demo.generator import (
     Traffic,
     TrafficConfig,
     generate,
-    to_kong_entry,
 )
+from anchorwatch.demo.kong_entry import to_kong_entry
 
 MINUTE_MS: Final = 60_000
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from anchorwatch.alerting.settings import AlertingSettings
-from anchorwatch.demo.journey import Journey, JourneyOptions, JourneyReport
+from anchorwatch.demo.journey import Journey, JourneyOptions
 from anchorwatch.demo.journey_plan import Plan, make_plan
+from anchorwatch.demo.journey_results import JourneyReport
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.stack.stack import Stack
 

@@ -11,7 +11,8 @@ import functools
 import orjson
 
 from anchorwatch.contracts import SnapshotEvent
-from anchorwatch.demo.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.demo.kong_entry import to_kong_entry
 
 #: The headers the default Kong format reads.
 DOC = "x-anthropic-doc-type"

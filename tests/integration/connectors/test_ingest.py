@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from anchorwatch.cli.ingest import ingest
 from anchorwatch.connectors.server import IngestService
 from anchorwatch.contracts import DeadLetter, decode, encode
-from anchorwatch.demo.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.demo.kong_entry import to_kong_entry
 from anchorwatch.jobs.settings import JobSettings
 from tests.support.ingest import as_written as _as_written
 from tests.support.ingest import events as _events

@@ -17,7 +17,8 @@ import pytest
 from anchorwatch.connectors.server import IngestService
 from anchorwatch.connectors.settings import IngestSettings
 from anchorwatch.contracts import SnapshotEvent
-from anchorwatch.demo.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.demo.kong_entry import to_kong_entry
 from anchorwatch.kafkaio import read_topic
 from anchorwatch.stack.stack import Stack
 from tests.support.waiting import wait_until_async

@@ -24,7 +24,8 @@ from confluent_kafka.admin import (
 from anchorwatch.connectors.server import IngestService
 from anchorwatch.connectors.settings import IngestSettings
 from anchorwatch.contracts import DeadLetter, SnapshotEvent, decode, encode
-from anchorwatch.demo.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.demo.kong_entry import to_kong_entry
 from anchorwatch.demo.slice import create_topics
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.jobs.settings import JobSettings

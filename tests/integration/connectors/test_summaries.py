@@ -20,7 +20,7 @@ from anchorwatch.connectors.validation import summary_of
 from anchorwatch.contracts import SnapshotEvent, SnapshotSummary, encode
 from anchorwatch.contracts.avro import decode_summary, is_avro_summary
 from anchorwatch.demo import slice as flow
-from anchorwatch.demo.generator import to_kong_entry
+from anchorwatch.demo.kong_entry import to_kong_entry
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import Message, client_config

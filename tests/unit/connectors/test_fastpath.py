@@ -31,7 +31,8 @@ from anchorwatch.connectors.records import (
 )
 from anchorwatch.connectors.validation import TimeWindow
 from anchorwatch.contracts import SnapshotEvent, encode
-from anchorwatch.demo.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.demo.kong_entry import to_kong_entry
 from tests.support.fastpath import FORMATS, WINDOWS, assert_paths_agree
 
 _NUMBERS = st.sampled_from(

@@ -13,7 +13,8 @@ import pytest
 
 from anchorwatch.connectors.kong import KongFormat, fallback_event_id, kong_record
 from anchorwatch.contracts import ContractError, SnapshotEvent, decode_snapshot, encode
-from anchorwatch.demo.generator import KongHeaderNames, TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.demo.kong_entry import KongHeaderNames, to_kong_entry
 
 LOG = "x-anthropic-snapshot-log"
 COUNT = "x-anthropic-anchor-count"

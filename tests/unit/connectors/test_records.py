@@ -20,7 +20,8 @@ from anchorwatch.connectors.records import (
     reason_summary,
 )
 from anchorwatch.contracts import ContractError, FieldProblem, SnapshotEvent, encode
-from anchorwatch.demo.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.demo.kong_entry import to_kong_entry
 
 
 @functools.lru_cache(maxsize=1)

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from anchorwatch.connectors.server import IngestService
 from anchorwatch.connectors.settings import IngestSettings
-from anchorwatch.demo.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.demo.kong_entry import to_kong_entry
 from anchorwatch.stack.processes import free_port
 
 Scenario = Callable[[TestClient[Any, Any]], Awaitable[None]]

@@ -18,7 +18,8 @@ from anchorwatch.connectors.publisher import (
 from anchorwatch.connectors.records import kong_body, ndjson_body
 from anchorwatch.contracts import ContractError, DeadLetter, FieldProblem, SnapshotEvent, decode
 from anchorwatch.contracts import encode as encode_model
-from anchorwatch.demo.generator import TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.demo.kong_entry import to_kong_entry
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.kafkaio import FRAMING_BYTES, record_limit
 from anchorwatch.settings import TopicSettings

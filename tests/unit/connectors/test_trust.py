@@ -18,7 +18,7 @@ from anchorwatch.connectors.server import IngestService
 from anchorwatch.connectors.settings import IngestSettings
 from anchorwatch.connectors.validation import TimeWindow
 from anchorwatch.contracts import SnapshotEvent, encode
-from anchorwatch.demo.generator import to_kong_entry
+from anchorwatch.demo.kong_entry import to_kong_entry
 from anchorwatch.settings import TopicSettings
 from anchorwatch.stack.processes import free_port
 from anchorwatch.stack.topics import topic_specs

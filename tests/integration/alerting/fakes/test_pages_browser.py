@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from anchorwatch.alerting.service import list_incidents
-from anchorwatch.demo.journey import slack_permalink
+from anchorwatch.demo.journey_services import slack_permalink
 from tests.support.journey import JourneyRun, state_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -27,7 +27,9 @@ from anchorwatch.connectors.kong import DEFAULT_FORMAT
 from anchorwatch.connectors.records import _ANY_TIME, kong_body, ndjson_record
 from anchorwatch.connectors.validation import Accepted
 from anchorwatch.contracts import ContractError, SnapshotEvent, decode_snapshot, encode
-from anchorwatch.demo.generator import MALFORMED_REASONS, TrafficConfig, generate, to_kong_entry
+from anchorwatch.demo.generator import TrafficConfig, generate
+from anchorwatch.demo.kong_entry import to_kong_entry
+from anchorwatch.demo.malformed import MALFORMED_REASONS
 
 SOURCE: Final = "contract-rules"
 T0: Final = 1_764_403_200_000

@@ -24,15 +24,14 @@ from anchorwatch.demo.generator import (
     DRIFT_KINDS,
     FAULT_KINDS,
     INCIDENT_KINDS,
-    MALFORMED_REASONS,
     WARMUP_MINUTES,
     GeneratedRecord,
-    KongHeaderNames,
     Traffic,
     TrafficConfig,
     generate,
-    to_kong_entry,
 )
+from anchorwatch.demo.kong_entry import KongHeaderNames, to_kong_entry
+from anchorwatch.demo.malformed import MALFORMED_REASONS
 
 MINUTE = 60_000
 

@@ -10,6 +10,7 @@ from functools import cache
 import pytest
 
 from anchorwatch.backtest import backtest
+from anchorwatch.demo.scenario_grid import scenario
 from anchorwatch.demo.scenarios import (
     AR1_PHIS,
     FAMILIES,
@@ -25,10 +26,9 @@ from anchorwatch.demo.scenarios import (
     ScenarioLabel,
     TypeSeries,
     family_window_ms,
-    scenario,
 )
 from anchorwatch.policy.config import PolicyConfig
-from bench.detection import (
+from bench.detection_families import (
     Change,
     FamilyScore,
     changes_of,
