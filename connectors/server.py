@@ -21,7 +21,7 @@ A client's bytes cannot hold the worker's resources: a connection must deliver e
 head within ``header_timeout_s`` and its body within ``body_timeout_s``, connections past the
 cap are closed at once, and what clients get wrong (and the accept loop's errors when out of
 file descriptors) is logged as one line without a traceback, at most once per ten seconds
-per kind with a count of the lines left out.
+per kind with a count of the lines left out. Those limits: ``connectors/http_limits.py``.
 """
 
 from __future__ import annotations
@@ -32,10 +32,8 @@ import hmac
 import logging
 import multiprocessing
 import os
-import resource
 import shutil
 import signal
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -44,13 +42,19 @@ from typing import Any, Final
 
 import orjson
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client import Counter as MetricCounter
 from prometheus_client import multiprocess as prometheus_multiprocess
 
 from anchorwatch import logs
+from anchorwatch.connectors.http_limits import (
+    ByteBudget,
+    Guard,
+    GuardedRunner,
+    HttpLog,
+    Throttle,
+    connection_cap,
+)
 from anchorwatch.connectors.kong import KongFormat
 from anchorwatch.connectors.metrics import IngestMetrics
 from anchorwatch.connectors.producer import AckingProducer, Unavailable
@@ -74,237 +78,6 @@ _RETRY_NOTE: Final = (
     "retry the whole request; records already written may then appear twice in the topic, "
     "and event_id is the key to deduplicate them"
 )
-# File descriptors a worker needs besides its clients' connections (Kafka, logs, metrics).
-_SPARE_FDS: Final = 256
-_LOG_EVERY_S: Final = 10.0
-
-
-def _raw_response(status: str, error: str, headers: str = "") -> bytes:
-    """A complete HTTP/1.1 response for a connection that is closed right after it, written
-    where no aiohttp request exists (before or instead of one)."""
-    body = orjson.dumps({"error": error})
-    head = (
-        f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n{headers}\r\n"
-    )
-    return head.encode() + body
-
-
-class _Throttle:
-    """At most one log line per kind every ``interval_s``; the ones in between are counted."""
-
-    def __init__(self, interval_s: float = _LOG_EVERY_S) -> None:
-        self._interval = interval_s
-        self._next: dict[str, float] = {}
-        self._skipped: Counter[str] = Counter()
-
-    def __call__(self, kind: str) -> int | None:
-        """None: stay quiet. Otherwise log now, with this many lines left out before."""
-        now = time.monotonic()
-        if now < self._next.get(kind, 0.0):
-            self._skipped[kind] += 1
-            return None
-        self._next[kind] = now + self._interval
-        return self._skipped.pop(kind, 0)
-
-
-class _ByteBudget:
-    """Bytes of request bodies in memory at once: a request takes its share before reading
-    its body and gives it back once answered (synchronously: a cancelled request cannot
-    keep its share)."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.free = total
-        self._waiters: list[asyncio.Future[None]] = []
-
-    async def acquire(self, size: int) -> None:
-        while self.free < size:
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-        self.free -= size
-
-    def release(self, size: int) -> None:
-        self.free += size
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:  # each checks again whether its share fits
-            if not waiter.done():
-                waiter.set_result(None)
-
-
-class _HttpLog(logging.Logger):
-    """aiohttp's server logger: HTTP a client got wrong (aiohttp answers it 400) is one
-    warning line without a traceback; anything else keeps its traceback. Both throttled."""
-
-    def __init__(self, throttle: _Throttle, refused: MetricCounter) -> None:
-        super().__init__(f"{__name__}.http")
-        self.parent = log
-        self._throttle = throttle
-        self._refused = refused
-
-    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
-        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
-        if not self._client_fault(exc) and (skipped := self._throttle("http_error")) is not None:
-            self.error(msg, *args, exc_info=exc_info, extra={"skipped": skipped}, **kwargs)
-
-    def debug(self, msg: object, *args: object, **kwargs: Any) -> None:
-        # aiohttp reports non-HTTP bytes (TLS to a plain port) on a first request here.
-        if not self._client_fault(kwargs.get("exc_info")):
-            super().debug(msg, *args, **kwargs)
-
-    def _client_fault(self, exc: object) -> bool:
-        if not isinstance(exc, HttpProcessingError):
-            return False
-        self._refused.labels("bad_http").inc()
-        if (skipped := self._throttle("bad_http")) is not None:
-            self.warning(
-                "malformed HTTP request refused",
-                extra={"status": exc.code, "error": str(exc.message)[:200], "skipped": skipped},
-            )
-        return True
-
-
-class _Guard:
-    """One worker's limits on its clients' connections."""
-
-    def __init__(
-        self, header_timeout_s: float, max_connections: int, refused: MetricCounter
-    ) -> None:
-        self.header_timeout_s = header_timeout_s
-        self.max_connections = max_connections
-        self.refused = refused
-        self.throttle = _Throttle()
-
-    def note(self, cause: str, message: str, **extra: Any) -> None:
-        self.refused.labels(cause).inc()
-        if (skipped := self.throttle(cause)) is not None:
-            log.warning(message, extra={**extra, "skipped": skipped})
-
-
-_FULL: Final = _raw_response(
-    "503 Service Unavailable",
-    "too many open connections (ingest.max_connections); retry shortly",
-    "Retry-After: 1\r\n",
-)
-_HEAD_LATE: Final = _raw_response(
-    "408 Request Timeout",
-    "the request line and headers did not arrive in time (ingest.header_timeout_s)",
-)
-
-
-class _GuardedHandler(RequestHandler):
-    """aiohttp's connection handler with a connection cap and a deadline on each request
-    head. aiohttp waits for a head on ``_waiter`` (its own keep-alive check reads it too)."""
-
-    def __init__(self, guard: _Guard, manager: web.Server, **kwargs: Any) -> None:
-        super().__init__(manager, **kwargs)
-        self._guard = guard
-        self._head_timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        manager = self._manager
-        if manager is not None and len(manager.connections) >= self._guard.max_connections:
-            assert isinstance(transport, asyncio.Transport)
-            transport.write(_FULL)
-            transport.close()
-            self._manager = None  # never registered: connection_lost has nothing to undo
-            self._guard.note(
-                "max_connections",
-                "connection refused: too many open connections",
-                limit=self._guard.max_connections,
-            )
-            return
-        super().connection_made(transport)
-        self._arm()
-
-    def data_received(self, data: bytes) -> None:
-        if data and self._head_timer is None and self._awaiting_head():
-            self._arm()  # the first bytes of the next request on a kept-alive connection
-        super().data_received(data)
-        if self._head_timer is not None and not self._awaiting_head():
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-        super().connection_lost(exc)
-
-    def _awaiting_head(self) -> bool:
-        waiter = self._waiter
-        return (waiter is None or not waiter.done()) and not self._messages
-
-    def _arm(self) -> None:
-        self._head_timer = self._loop.call_later(self._guard.header_timeout_s, self._head_late)
-
-    def _head_late(self) -> None:
-        self._head_timer = None
-        waiter = self._waiter
-        transport = self.transport
-        if transport is None or waiter is None or waiter.done() or self._messages:
-            return  # a request is being handled: the body timeout applies
-        transport.write(_HEAD_LATE)
-        self.force_close()
-        self._guard.note(
-            "header_timeout",
-            "connection closed: request head not received in time",
-            timeout_s=self._guard.header_timeout_s,
-        )
-
-
-class _GuardedServer(web.Server):
-    def __init__(self, guard: _Guard, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._guard = guard
-
-    def __call__(self) -> RequestHandler:
-        return _GuardedHandler(self._guard, self, loop=self._loop, **self._kwargs)
-
-
-class _Runner(web.AppRunner):
-    """aiohttp's AppRunner serving through ``_GuardedServer``."""
-
-    def __init__(self, app: web.Application, guard: _Guard, **kwargs: Any) -> None:
-        super().__init__(app, **kwargs)
-        self._guard = guard
-
-    async def _make_server(self) -> web.Server:
-        plain = await super()._make_server()  # starts and freezes the app
-        return _GuardedServer(
-            self._guard,
-            plain.request_handler,
-            request_factory=plain.request_factory,
-            loop=asyncio.get_running_loop(),
-            **self._kwargs,
-        )
-
-
-def _connection_cap(wanted: int) -> int:
-    """``wanted``, or less when the open-file limit cannot be raised to fit it (and the
-    spare descriptors the worker needs besides)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = wanted + _SPARE_FDS
-    if soft != resource.RLIM_INFINITY and soft < need:
-        raised = need if hard == resource.RLIM_INFINITY else min(need, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
-            soft = raised
-        except (ValueError, OSError):
-            pass
-    if soft == resource.RLIM_INFINITY or soft >= need:
-        return wanted
-    cap = max(1, soft - _SPARE_FDS)
-    log.warning(
-        "ingest.max_connections lowered to fit the open-file limit",
-        extra={"max_connections": wanted, "open_file_limit": soft, "effective": cap},
-    )
-    return cap
 
 
 def kong_format(settings: IngestSettings) -> KongFormat:
@@ -362,9 +135,9 @@ class IngestService:
             registry=self.registry,
         )
         self._body_timeout = options.body_timeout_s
-        self._bodies = _ByteBudget(options.max_bodies_bytes)
+        self._bodies = ByteBudget(options.max_bodies_bytes)
         self._room_timeout = options.ack_timeout_s
-        self._http_throttle = _Throttle()
+        self._http_throttle = Throttle()
         self.producer = AckingProducer(
             settings.kafka, settings.topics, options, self.metrics, source=options.source
         )
@@ -392,14 +165,14 @@ class IngestService:
         o = self.settings.ingest
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(self._loop_error)
-        guard = _Guard(o.header_timeout_s, _connection_cap(o.max_connections), self.refused)
-        self._runner = _Runner(
+        guard = Guard(o.header_timeout_s, connection_cap(o.max_connections), self.refused)
+        self._runner = GuardedRunner(
             self.app(),
             guard,
             access_log=None,
             shutdown_timeout=o.shutdown_timeout_s,
             keepalive_timeout=o.keepalive_timeout_s,
-            logger=_HttpLog(self._http_throttle, self.refused),
+            logger=HttpLog(self._http_throttle, self.refused),
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, o.host, o.port, reuse_port=self._reuse_port or None)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tools import dashboard_series as ds
 from tools import deploy_checks as dc
 from tools import render_dashboard as rd
 
@@ -21,7 +22,7 @@ def test_every_panel_query_returns_data_and_the_picture_is_drawn(tmp_path: Path)
         if shutil.which(tool) is None:
             pytest.fail(f"{tool} is not installed: {dc.PROMTOOL_MISSING}")
     board = dc.dashboard()
-    series, first, last = rd.traffic_series(live_minutes=45, history_minutes=70, seed=3)
+    series, first, last = ds.traffic_series(live_minutes=45, history_minutes=70, seed=3)
     assert last - first == 44 * 60
     with tempfile.TemporaryDirectory(dir=tmp_path) as work:
         data = rd.backfill(series, Path(work))
