@@ -13,6 +13,11 @@ a loop, bounded by attempts and elapsed time, for callers that have no outbox (`
 send-test``); when it gives up on a retryable failure it raises ``RetryableError`` carrying
 the last ``retry_after_s``. The clock and the sleep are injected so tests run minutes of
 outage in milliseconds.
+
+Ours, not tenacity's or slack-sdk's RetryHandlers: those retry inside the call, and a repeat
+here must wait for the outbox to reconcile first (the clients' own retries are off); what the
+drainer needs is the schedule alone (``delay``), and tenacity's waits have neither this jitter
+nor ``Retry-After`` and its time budget reads its own clock, not the injected one.
 """
 
 from __future__ import annotations

@@ -13,6 +13,11 @@ holds up another or the consumer. For each entry:
    send produced (Slack thread, Jira key) are committed together.
 
 What each integration does is in ``integrations/``; this module knows none of them.
+
+``TokenBucket`` is ours, not token-bucket's or pyrate-limiter's: the drainer asks how long a
+key must wait without blocking, looks at the total cap without taking from it, forgets full
+buckets and runs on the injected clock; token-bucket answers only yes or no on
+``time.monotonic``, and pyrate-limiter paces by sliding-window logs in whole milliseconds.
 """
 
 from __future__ import annotations

@@ -107,8 +107,6 @@ def safe_url(url: str | None) -> str | None:
     return quote(url.strip(), safe=":/?#@!$&'()*+,;=%-._~")
 
 
-#: The characters Jira's renderer lets a backslash escape (its BackslashEscapeRendererComponent
-
 # --------------------------------------------------------------------------- shared bits
 
 

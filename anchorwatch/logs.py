@@ -2,6 +2,10 @@
 
 Fields: ts (RFC 3339, UTC), level, logger, msg, plus whatever the call passed in
 ``extra={...}``. Secrets never go into a log call; settings print with secrets masked.
+
+Ours, not python-json-logger's: to write these fields it needs as many lines of overrides
+(renamed fields, a lower-case level, a millisecond UTC time) and still differs (``exc`` before
+the extras, an added ``stack_info``, a dict message spread into fields).
 """
 
 from __future__ import annotations

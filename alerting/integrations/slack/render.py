@@ -2,6 +2,11 @@
 thread reply per update, the resolution; Block Kit plus a plain-text fallback, within Slack's
 Block Kit limits; the chart's title and alt text. Pure.
 
+The blocks are built with slack_sdk's Block Kit models (``slack_sdk.models.blocks``), whose
+``to_dict`` checks the counts and section-text length Slack enforces; the texts are cut here
+first, counted in UTF-16 units as Slack counts them (the models count code points and do not
+cut). ``SlackMessage.blocks`` holds the dicts that go on the wire.
+
 Untrusted text (doc types, reasons) is escaped for mrkdwn: ``&``, ``<``, ``>`` as entities so
 ``<!channel>`` is text, bare ``@here``/``@channel`` broken, doc types shown as inline code so
 ``*``/``_``/``~`` cannot format.
@@ -13,6 +18,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from slack_sdk.models.blocks import Block, ContextBlock, MarkdownTextObject, SectionBlock
 
 from anchorwatch.alerting.render import (
     IncidentView,
@@ -85,27 +92,22 @@ def slack_parent(view: IncidentView) -> SlackMessage:
     ]
     if (adapted := adapted_phrase(view, slack_literal)) is not None:
         fields.append(f"*Resolution*\n{adapted}")
-    blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": head}},
-        {
-            "type": "section",
-            "fields": [{"type": "mrkdwn", "text": truncate(f, SLACK_FIELD_MAX)} for f in fields],
-        },
+    blocks: list[Block] = [
+        _section(head),
+        SectionBlock(fields=[_mrkdwn(truncate(f, SLACK_FIELD_MAX)) for f in fields]),
     ]
     if view.reasons:
         blocks.append(_slack_reasons(view.reasons))
     context = [f"incident {slack_literal(incident_label(view.incident_id))}"]
     if link := slack_link(view.dashboard_url, "dashboard"):
         context.append(link)
-    blocks.append(
-        {"type": "context", "elements": [{"type": "mrkdwn", "text": " · ".join(context)}]}
-    )
+    blocks.append(ContextBlock(elements=[_mrkdwn(" · ".join(context))]))
     state = "resolved" if view.state == "resolved" else "open"
     text = (
         f"[{sev}] {title}: {slack_literal(view.doc_type)} mean drift {w.mean_drift:.3f} "
         f"vs threshold {view.threshold:.3f} ({state})"
     )
-    return SlackMessage(truncate(text, SLACK_TEXT_MAX), blocks)
+    return SlackMessage(truncate(text, SLACK_TEXT_MAX), _wire(blocks))
 
 
 def slack_update(view: IncidentView) -> SlackMessage:
@@ -116,13 +118,13 @@ def slack_update(view: IncidentView) -> SlackMessage:
         f"(threshold {view.threshold:.3f}, {w.request_count} requests) · "
         f"severity *{view.severity.upper()}* · peak {view.peak_mean_drift:.3f}"
     )
-    blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": line}}]
+    blocks: list[Block] = [_section(line)]
     if view.reasons:
         blocks.append(_slack_reasons(view.reasons))
     text = (
         f"Update {slack_literal(view.doc_type)}: mean drift {w.mean_drift:.3f} in {window_span(w)}"
     )
-    return SlackMessage(text, blocks)
+    return SlackMessage(text, _wire(blocks))
 
 
 def slack_resolved(view: IncidentView) -> SlackMessage:
@@ -140,14 +142,25 @@ def slack_resolved(view: IncidentView) -> SlackMessage:
             f"{adapted}. Peak was {view.peak_mean_drift:.3f}."
         )
         text = f"Resolved: {adapted}"
-    return SlackMessage(text, [{"type": "section", "text": {"type": "mrkdwn", "text": line}}])
+    return SlackMessage(text, _wire([_section(line)]))
 
 
-def _slack_reasons(reasons: Sequence[Reason]) -> dict[str, Any]:
+def _slack_reasons(reasons: Sequence[Reason]) -> SectionBlock:
     lines = [
         f"• `{slack_escape(r.code)}` {slack_escape(truncate(r.message, 300))}" for r in reasons
     ]
-    return {
-        "type": "section",
-        "text": {"type": "mrkdwn", "text": truncate("\n".join(lines), SLACK_SECTION_MAX)},
-    }
+    return _section(truncate("\n".join(lines), SLACK_SECTION_MAX))
+
+
+def _mrkdwn(text: str) -> MarkdownTextObject:
+    return MarkdownTextObject(text=text)
+
+
+def _section(text: str) -> SectionBlock:
+    return SectionBlock(text=_mrkdwn(text))
+
+
+def _wire(blocks: Sequence[Block]) -> list[dict[str, Any]]:
+    """The blocks as sent: ``to_dict`` raises SlackObjectFormationError past a Block Kit
+    limit (a bug here: every text is cut to its limit above)."""
+    return [block.to_dict() for block in blocks]

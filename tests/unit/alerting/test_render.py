@@ -69,6 +69,51 @@ def test_slack_blocks_respect_block_kit_limits() -> None:
             assert len(f["text"]) <= 2000
 
 
+def test_slack_blocks_are_plain_block_kit_json() -> None:
+    """What goes on the wire: section, fields and context blocks of mrkdwn text, nothing
+    more (no block ids, no verbatim flags), as the hand-written dicts were."""
+
+    def mrkdwn(text: str) -> dict[str, str]:
+        return {"type": "mrkdwn", "text": text}
+
+    reason = mrkdwn("• `above_critical` mean drift 0.912 above 0.900")
+    assert slack_parent(view()).blocks == [
+        {
+            "type": "section",
+            "text": mrkdwn(":rotating_light: *Drift alert* `purchase_contract` · *CRITICAL*"),
+        },
+        {
+            "type": "section",
+            "fields": [
+                mrkdwn("*Mean drift*\n0.912 (threshold 0.850)"),
+                mrkdwn("*Requests*\n120 in 2026-01-05 14:00–14:01 UTC"),
+                mrkdwn("*Peak mean drift*\n0.930"),
+                mrkdwn("*State*\nopen since 2026-01-05 14:01 UTC"),
+                mrkdwn("*Compared with*\nbaseline b-1"),
+            ],
+        },
+        {"type": "section", "text": reason},
+        {
+            "type": "context",
+            "elements": [
+                mrkdwn(
+                    "incident `aw-186608b239fa` · "
+                    "<https://grafana.example.com/d/aw?var-doc_type=x|dashboard>"
+                )
+            ],
+        },
+    ]
+    assert slack_update(view(reasons=[])).blocks == [
+        {
+            "type": "section",
+            "text": mrkdwn(
+                ":chart_with_upwards_trend: 2026-01-05 14:00–14:01 UTC: mean drift *0.912* "
+                "(threshold 0.850, 120 requests) · severity *CRITICAL* · peak 0.930"
+            ),
+        }
+    ]
+
+
 def test_parent_shows_state_and_dashboard_link() -> None:
     opened = slack_parent(view())
     assert ":rotating_light: *Drift alert* `purchase_contract` · *CRITICAL*" in json.dumps(
