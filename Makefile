@@ -28,6 +28,7 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python -m tools.check_house  # file and doc sizes, who may import the demo and whom
 	cargo fmt --manifest-path $(NATIVE)/Cargo.toml --check
 	cargo clippy --manifest-path $(NATIVE)/Cargo.toml --release --locked -- -D warnings
 

@@ -5,44 +5,17 @@ no import cycle runs through the policy). Every import counts, function-level on
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tools.check_house import imports
 
 PACKAGE = Path(__file__).resolve().parents[3] / "anchorwatch"
 
 # The wire contracts, the error base, and the settings base whose Section the policy's
 # config models extend. Each is itself a leaf: it imports only from this set.
 FOUNDATION = ("anchorwatch.contracts", "anchorwatch.errors", "anchorwatch.settings")
-
-
-def _module_name(path: Path, root: Path) -> str:
-    parts = path.relative_to(root).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imports(path: Path, root: Path) -> Iterator[tuple[int, str]]:
-    """(line, absolute module name) of every import in the file under ``root`` (the
-    directory holding anchorwatch/); ``from a import b`` yields ``a.b`` too, since b may be
-    a submodule."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    package = _module_name(path.parent, root)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield node.lineno, alias.name
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                module = ".".join([*base, node.module] if node.module else base)
-            else:
-                module = node.module or ""
-            yield node.lineno, module
-            for alias in node.names:
-                yield node.lineno, f"{module}.{alias.name}"
 
 
 def outside(module: str, allowed: tuple[str, ...]) -> bool:

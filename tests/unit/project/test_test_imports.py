@@ -5,32 +5,17 @@ renaming the test breaks the others."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
+from tools.check_house import imports
+
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def _module_of(path: Path) -> str:
-    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
 
 
 def imported_modules(path: Path) -> set[str]:
     """Every module ``path`` imports, anywhere in it (functions included), by full name;
     ``from package import name`` counts ``package.name`` too, which may be a module."""
-    package = _module_of(path).rsplit(".", 1)[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                base = f"{parent}.{base}" if base else parent
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return found
+    return {module for _, module in imports(path, ROOT)}
 
 
 def is_test_module(module: str) -> bool:
