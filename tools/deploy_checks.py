@@ -251,7 +251,7 @@ def exported_metric_names() -> set[str]:
 # Flink metrics the rules and the dashboard use, as Flink 2.2.1's Prometheus reporter
 # exported them from a session cluster running the drift job (JobManager and TaskManager
 # scrapes, read when these rules were written). Flink registers them only at run time, so
-# no static source lists them; docs/operations.md says how to look at a live cluster's.
+# no static source lists them; docs/operate.md says how to look at a live cluster's.
 FLINK_METRICS = frozenset(
     {
         "flink_jobmanager_job_uptime",

@@ -302,6 +302,27 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+#: The longest table cell the docs allow (tools/check_house.py): a longer description goes
+#: under its table, named by its file key or option, and the cell says so.
+MAX_CELL = 200
+BELOW = "(below the table)"
+
+
+def _description(text: str, name: str, below: list[str]) -> str:
+    """The description's cell, or BELOW with the text kept for under the table."""
+    cell = _cell(text)
+    if len(cell) + 2 <= MAX_CELL:
+        return cell
+    below.append(f"- `{name}`: {' '.join(text.split())}")
+    return BELOW
+
+
+def _with_below(out: list[str], below: list[str]) -> None:
+    if below:
+        out.append("")
+        out.extend(below)
+
+
 def _rows(model: type[BaseModel], env: str, key: str, in_list: bool = False) -> Iterator[Row]:
     """The rows of ``model``'s fields; ``env``/``key`` name the model itself."""
     for name, info in model.model_fields.items():
@@ -429,8 +450,10 @@ def render(classes: Sequence[type[BaseModel]] | None = None) -> str:
         out.append("## The command line\n")
         out.append("| environment variable | option | description |")
         out.append("|---|---|---|")
+        below: list[str] = []
         for env, option, text in command_line:
-            out.append(f"| `{env}` | `{option}` | {_cell(text)} |")
+            out.append(f"| `{env}` | `{option}` | {_description(text, option, below)} |")
+        _with_below(out, below)
         out.append("")
     for doc in docs:
         prefix = f"ANCHORWATCH_{doc.name.upper()}"
@@ -441,12 +464,15 @@ def render(classes: Sequence[type[BaseModel]] | None = None) -> str:
         out.append(f"Read by {', '.join(f'`{r}`' for r in doc.readers)}.\n")
         out.append("| environment variable | file key | type | default | description |")
         out.append("|---|---|---|---|---|")
+        below = []
         for row in _rows(doc.model, prefix, f"[{doc.name}] "):
             env = f"`{row.env}`" if row.env else "(in the list's JSON)"
+            description = _description(row.description, row.key, below)
             out.append(
                 f"| {env} | `{_cell(row.key)}` | {_cell(row.type)} | {_cell(row.default)} "
-                f"| {_cell(row.description)} |"
+                f"| {description} |"
             )
+        _with_below(out, below)
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 

@@ -1,7 +1,7 @@
 """docker-compose.yml, checked without a Docker engine: it parses and validates against the
 Compose Specification's schema, every service's variables are settings the code reads,
 every image and build context exists, ports are unique, and start order, volumes and
-secrets are wired as docs/operations.md describes."""
+secrets are wired as docs/deploy.md describes."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ running drift job, `stack up` bringing back each lost part, and `stack down` lea
 process (Python workers included) and no python-dist directory behind.
 
 Each test starts a stack of its own (the session stack is one broker); run this file alone
-on a two-core machine. Recovery times are printed (-s) for docs/operations.md.
+on a two-core machine. Recovery times are printed (-s) for docs/run-locally.md.
 """
 
 from __future__ import annotations
