@@ -7,7 +7,8 @@ decided, its transaction not begun), batch_in_commit (inside the batch's SQLite 
 everything written, the COMMIT not reached), batch_after_commit (committed, before the Kafka
 commit), send_before (an outbox entry marked attempting, its request not sent), send_after
 (the remote side accepted it, not yet marked done), done_in_commit (inside the transaction
-that marks it done: written, not committed). The engine and the drainer call the hook; the
+that marks it done: written, not committed), release_before_commit (incidents held while
+muted decided to post, their transaction not begun). The engine and the drainer call the hook; the
 crash trials (tests/integration/alerting/test_service_crash.py) set it.
 """
 
@@ -27,6 +28,7 @@ CRASH_POINTS: Final = (
     "batch_before_commit",
     "batch_in_commit",
     "batch_after_commit",
+    "release_before_commit",
     "send_before",
     "send_after",
     "done_in_commit",

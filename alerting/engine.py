@@ -24,26 +24,30 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
 from anchorwatch.alerting.crash import CrashHook, no_crash
+from anchorwatch.alerting.fanout import Fanout
 from anchorwatch.alerting.integrations.registry import named
 from anchorwatch.alerting.payload import history_from_json, history_to_json, notification_payload
-from anchorwatch.alerting.render import IncidentState, IncidentView, WindowPoint
+from anchorwatch.alerting.render import IncidentView, WindowPoint
 from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.settings import AlertingSettings
-from anchorwatch.alerting.store import BatchWrite, DocTypeRow, IncidentRow, NewEntry, Store
+from anchorwatch.alerting.silence_book import SilenceBook
+from anchorwatch.alerting.silences import Hold, Muting
+from anchorwatch.alerting.store import BatchWrite, DocTypeRow, IncidentRow, Store
+from anchorwatch.alerting.views import STATES, change_view, row_view
 from anchorwatch.contracts import (
     Baseline,
     ContractError,
     Reason,
     Verdict,
-    WindowAggregate,
     decode_verdict,
 )
-from anchorwatch.policy.incidents import Incident, IncidentChange, IncidentTracker, drift_event
+from anchorwatch.policy.incident_types import Incident, IncidentChange, drift_event
+from anchorwatch.policy.incidents import IncidentTracker
 from anchorwatch.policy.refit import RefitHistory
 from anchorwatch.policy.static_rule import BreachLevels
 
@@ -74,6 +78,7 @@ class _TypeState:
 class _Batch:
     write: BatchWrite
     consumed_ms: int
+    muting: Muting  # the silences and maintenance windows in force as it is decided
     touched: set[str] = field(default_factory=set)
     rows: dict[str, IncidentRow] = field(default_factory=dict)  # incident rows to write
 
@@ -109,7 +114,8 @@ class Engine:
         self._store = store
         self.refit = refit  # the windows judged, for refits (None: no refits)
         self._metrics = metrics
-        self._integrations = named(tuple(integrations))
+        self._fanout = Fanout(settings, named(tuple(integrations)))
+        self._silences = SilenceBook(store.path.parent)
         self._clock = clock
         self._crash = crash
         self._history_len = max(settings.slack.chart_windows, MIN_HISTORY)
@@ -187,7 +193,8 @@ class Engine:
     ) -> dict[tuple[str, int], int]:
         """Decide one batch and commit it. Returns the next offsets it committed."""
         started = time.perf_counter()
-        batch = _Batch(BatchWrite(now_ms=self._now_ms()), consumed_ms)
+        now_ms = self._now_ms()
+        batch = _Batch(BatchWrite(now_ms=now_ms), consumed_ms, self.muting(now_ms))
         verdicts = self._decode(messages, batch.write)
         seen = self._store.seen_verdicts(v.verdict_id for _, v in verdicts)
         for partition, verdict in verdicts:
@@ -331,81 +338,10 @@ class Engine:
         return 60_000
 
     def _view(self, change: IncidentChange) -> IncidentView:
-        inc, j = change.incident, change.judgement
-        window = change.window
-        reasons: list[Reason] = list(j.reasons) if j is not None else []
-        if window is None:
-            # Resolved for silence: the slot had no window at all.
-            window = WindowAggregate(
-                doc_type=inc.doc_type,
-                window_start_ms=change.window_start_ms,
-                window_end_ms=change.window_start_ms + self._window_size(inc.doc_type),
-                request_count=0,
-                mean_drift=0.0,
-            )
-            reasons.append(
-                Reason(code="silent", message="no conclusive window: resolved for lack of traffic")
-            )
-        return IncidentView(
-            incident_id=inc.incident_id,
-            doc_type=inc.doc_type,
-            severity=inc.severity,
-            state=_STATES[change.kind],
-            opened_at_ms=inc.opened_at_ms,
-            resolved_at_ms=inc.resolved_at_ms,
-            window=window,
-            threshold=j.threshold if j is not None else inc.threshold,
-            baseline_version=j.baseline_version if j is not None else inc.baseline_version,
-            reasons=reasons,
-            peak_mean_drift=inc.peak_mean_drift,
-            dashboard_url=self._settings.routing.dashboard_url(inc.doc_type),
-            adapted_from=inc.adapted_from if inc.resolution == "adapted" else None,
-            adapted_to=inc.adapted_to if inc.resolution == "adapted" else None,
+        doc_type = change.incident.doc_type
+        return change_view(
+            change, self._window_size(doc_type), self._settings.routing.dashboard_url(doc_type)
         )
-
-    def _enqueue(
-        self,
-        batch: _Batch,
-        incident_id: str,
-        seq: int,
-        kind: str,
-        payload: dict[str, Any],
-        event: dict[str, Any] | None = None,
-        only: str | None = None,
-    ) -> int:
-        """Outbox entries of one change, one per configured integration that acts on its
-        kind (``only``: that integration alone); the next seq."""
-        for integration in self._integrations:
-            action = integration.actions.get(kind)
-            if action is None or (only is not None and integration.name != only):
-                continue
-            body = payload
-            if integration.carries == "event":
-                if event is None:
-                    continue
-                body = {"event": event}
-            batch.write.outbox.append(
-                NewEntry(incident_id, seq, integration.name, action, kind, body, batch.consumed_ms)
-            )
-        return seq + 1
-
-    def _enqueue_change(
-        self,
-        batch: _Batch,
-        incident_id: str,
-        seq: int,
-        kind: str,
-        payload: dict[str, Any],
-        event: dict[str, Any] | None = None,
-    ) -> int:
-        """The entries of one change, then each integration's follow-up of that kind (its
-        own seq, after them); the next seq."""
-        seq = self._enqueue(batch, incident_id, seq, kind, payload, event)
-        for integration in self._integrations:
-            then = integration.then.get(kind)
-            if then and integration.then_if(self._settings, payload):
-                seq = self._enqueue(batch, incident_id, seq, then, payload, only=integration.name)
-        return seq
 
     def _apply(self, change: IncidentChange, batch: _Batch) -> None:
         inc = change.incident
@@ -420,7 +356,23 @@ class Engine:
         event = drift_event(change, batch.write.now_ms).model_dump(mode="json", exclude_none=True)
         forced = change.kind in ("updated", "reopened")
         payload = notification_payload(view, history, force_comment=forced)
-        seq = self._enqueue_change(batch, inc.incident_id, seq, change.kind, payload, event)
+        muted = batch.muting.reason(inc.doc_type, inc.severity)
+        held = Hold.after(
+            change.kind, row.held_by if row else None, row.held_kind if row else None, muted
+        )
+        if held.release is not None:
+            # Nothing mutes it any more: people get what was held back, as it stands now.
+            seq = self._post_held(batch, view, history, held.release, seq)
+        seq = self._fanout.enqueue_change(
+            batch.write,
+            batch.consumed_ms,
+            inc.incident_id,
+            seq,
+            change.kind,
+            payload,
+            event,
+            audience=held.audience,
+        )
         resolved = change.kind == "resolved"
         new_row = IncidentRow(
             incident_id=inc.incident_id,
@@ -436,6 +388,8 @@ class Engine:
                 row.last_update_window_ms if resolved and row else change.window_start_ms
             ),
             updated_ms=batch.write.now_ms,
+            held_by=held.by,
+            held_kind=held.kind,
         )
         batch.rows[inc.incident_id] = new_row
         if resolved:
@@ -452,6 +406,66 @@ class Engine:
             },
         )
 
+    def muting(self, now_ms: int) -> Muting:
+        """The silences and maintenance windows in force at ``now_ms``."""
+        windows = self._settings.alerting.maintenance_windows
+        return Muting.at(self._silences.active(now_ms), windows, now_ms)
+
+    def _post_held(
+        self,
+        batch: _Batch,
+        view: IncidentView,
+        history: list[WindowPoint],
+        kind: str,
+        seq: int,
+    ) -> int:
+        """The post held back while the incident was muted, to the integrations that post
+        for people, as the incident stands now; the next seq."""
+        note = Reason(code="held", message="held back while muted; posted now that it is not")
+        view = replace(view, state=STATES[kind], reasons=[*view.reasons, note])
+        payload = notification_payload(view, history, force_comment=kind == "reopened")
+        log.info(
+            "held incident posted",
+            extra={"incident_id": view.incident_id, "doc_type": view.doc_type, "kind": kind},
+        )
+        return self._fanout.enqueue_change(
+            batch.write, batch.consumed_ms, view.incident_id, seq, kind, payload
+        )
+
+    def release_held(self, consumed_ms: int) -> int:
+        """Posts the open incidents held back while muted that nothing mutes any more, in
+        one transaction; how many. The service calls it between batches."""
+        now_ms = self._now_ms()
+        muting = self.muting(now_ms)
+        due = [
+            row
+            for row in self.open_incidents()
+            if row.held_by is not None and muting.reason(row.doc_type, row.severity) is None
+        ]
+        if not due:
+            return 0
+        batch = _Batch(BatchWrite(now_ms=now_ms), consumed_ms, muting)
+        for row in due:
+            history = self._history(row.doc_type, now_ms)
+            seq = self._post_held(
+                batch,
+                row_view(row, history, self._settings.routing.dashboard_url(row.doc_type)),
+                history,
+                row.held_kind or "opened",
+                row.next_seq,
+            )
+            new_row = replace(row, next_seq=seq, held_by=None, held_kind=None, updated_ms=now_ms)
+            batch.rows[row.incident_id] = new_row
+        batch.write.incidents = list(batch.rows.values())
+        self._crash("release_before_commit", "")
+        self._store.commit_batch(
+            batch.write, keep_verdict_ids=self._settings.alerting.recent_verdict_ids
+        )
+        for new_row in batch.rows.values():
+            self._set_open(new_row)
+        self._publish_open()
+        return len(due)
+
     def _progress(self, verdict: Verdict, changed: set[str], batch: _Batch) -> None:
         """Open incidents of this verdict's type that it keeps in breach (by each incident's
         rule: ``BreachLevels``): follow their peak, and post a progress update once
@@ -462,10 +476,13 @@ class Engine:
             row = self._open[incident_id]
             if self._levels.of(row.rule, verdict) == "none" or incident_id in changed:
                 continue
+            # Muted: no progress posts (they resume once nothing mutes it).
+            muted = row.held_by or batch.muting.reason(row.doc_type, row.severity)
             record = dict(row.record)
             record["peak_mean_drift"] = max(float(record["peak_mean_drift"]), w.mean_drift)
             new_row = replace(row, record=record, updated_ms=batch.write.now_ms)
-            if interval_ms > 0 and w.window_start_ms - row.last_update_window_ms >= interval_ms:
+            due = w.window_start_ms - row.last_update_window_ms >= interval_ms
+            if interval_ms > 0 and due and not muted:
                 view = IncidentView(
                     incident_id=incident_id,
                     doc_type=row.doc_type,
@@ -481,7 +498,9 @@ class Engine:
                     dashboard_url=self._settings.routing.dashboard_url(row.doc_type),
                 )
                 payload = notification_payload(view, self._history(row.doc_type, w.window_start_ms))
-                seq = self._enqueue_change(batch, incident_id, row.next_seq, "progress", payload)
+                seq = self._fanout.enqueue_change(
+                    batch.write, batch.consumed_ms, incident_id, row.next_seq, "progress", payload
+                )
                 new_row = replace(new_row, next_seq=seq, last_update_window_ms=w.window_start_ms)
             batch.rows[incident_id] = new_row
             self._set_open(new_row)
@@ -500,6 +519,9 @@ class Engine:
 
     def _publish_open(self) -> None:
         self._metrics.open_incidents(Counter(r.severity for r in self._open.values()))
+        self._metrics.incidents_silenced.set(
+            sum(1 for r in self._open.values() if r.held_by is not None)
+        )
 
     def open_incidents(self) -> list[IncidentRow]:
         return sorted(self._open.values(), key=lambda r: (r.opened_at_ms, r.doc_type))
@@ -514,15 +536,8 @@ class Engine:
     def close(self) -> None:
         if self.refit is not None:
             self.refit.close()
+        self._silences.close()
         self._store.close()
-
-
-_STATES: Final[dict[str, IncidentState]] = {
-    "opened": "open",
-    "reopened": "open",
-    "updated": "updated",
-    "resolved": "resolved",
-}
 
 
 def refit_incident(history: RefitHistory, incident: Incident) -> None:

@@ -1,10 +1,14 @@
 """The service's HTTP endpoint: ``/metrics`` (Prometheus text format), ``/healthz`` (the
 process works: its threads are alive and the consumer loop turns) and ``/readyz`` (it can
 do its job: state restored, baselines loaded, verdict partitions assigned, Kafka reachable).
-Probes answer 200 or 503 with a small JSON body saying why.
+Probes answer 200 or 503 with a small JSON body saying why. Under ``/api/``, the silences
+API (``silence_api.py``), when the service has one.
 
 A stdlib threaded server on a daemon thread: the service is thread-based, and three GET
-routes need no framework.
+routes and one small JSON API need no framework. Not prometheus_client's server (it answers
+every path with metrics, has no probes, and gzips or switches to OpenMetrics by the
+request's headers) nor aiohttp's (an event loop in a thread beside blocking probes, for the
+same few routes).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
@@ -23,6 +27,11 @@ from anchorwatch.errors import AnchorwatchError
 log = logging.getLogger(__name__)
 
 Probe = Callable[[], tuple[bool, dict[str, Any]]]
+#: (method, path and query, headers, body) -> (status, content type, body): the silences API.
+Api = Callable[[str, str, Mapping[str, str], bytes], tuple[int, str, bytes]]
+API_PREFIX = "/api/"
+#: The largest request body read; a larger one is refused unread.
+MAX_BODY = 64 * 1024
 
 
 class Endpoint:
@@ -33,6 +42,7 @@ class Endpoint:
         registry: CollectorRegistry,
         health: Probe,
         ready: Probe,
+        api: Api | None = None,
     ) -> None:
         routes: dict[str, Callable[[], tuple[int, str, bytes]]] = {
             "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(registry)),
@@ -45,6 +55,9 @@ class Endpoint:
             server_version = "anchorwatch-alerting"
 
             def do_GET(self) -> None:
+                if self.path.startswith(API_PREFIX):
+                    self._api()
+                    return
                 route = routes.get(self.path.split("?", 1)[0])
                 try:
                     status, content_type, body = (
@@ -53,6 +66,36 @@ class Endpoint:
                 except Exception as exc:  # a probe that fails says so instead of hanging
                     log.exception("endpoint error")
                     status, content_type, body = 500, "text/plain", f"{exc}\n".encode()
+                self._answer(status, content_type, body)
+
+            def do_POST(self) -> None:
+                self._api()
+
+            def do_DELETE(self) -> None:
+                self._api()
+
+            def _api(self) -> None:
+                if api is None or not self.path.startswith(API_PREFIX):
+                    self._answer(404, "text/plain", b"not found\n")
+                    return
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    length = -1
+                if not 0 <= length <= MAX_BODY:
+                    self.close_connection = True  # the body is left unread
+                    self._answer(413, "text/plain", b"Content-Length: 0 to 65536 bytes\n")
+                    return
+                body = self.rfile.read(length)
+                try:
+                    headers = {k.lower(): v for k, v in self.headers.items()}
+                    answer = api(self.command, self.path, headers, body)
+                except Exception as exc:  # one bad call never takes the endpoint down
+                    log.exception("api error")
+                    answer = 500, "text/plain", f"{exc}\n".encode()
+                self._answer(*answer)
+
+            def _answer(self, status: int, content_type: str, body: bytes) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))

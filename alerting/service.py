@@ -43,6 +43,7 @@ from anchorwatch.alerting.refit import RefitMetrics, Refitter, rebuild_refit_his
 from anchorwatch.alerting.refit_rows import SqliteRows
 from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.settings import AlertingSettings
+from anchorwatch.alerting.silence_api import SilenceApi
 from anchorwatch.alerting.store import IncidentListing, Store
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.policy.refit import RefitHistory, RefitSchedule
@@ -93,6 +94,7 @@ class AlertingService:
     KAFKA_CLOSE_S = 3.0
     REFRESH_EVERY_S = 30.0
     REFIT_CHECK_S = 30.0  # how often due refits are looked for
+    RELEASE_EVERY_S = 5.0  # how often held incidents whose silence ended are looked for
 
     def __init__(
         self,
@@ -169,8 +171,15 @@ class AlertingService:
             )
             if refit is not None:
                 self.refitter = Refitter(s, self.engine, self.refit_metrics, clock=self._clock)
+            token = a.token()
+            api = SilenceApi(a.state_dir, token.get_secret_value() if token else None)
             self._endpoint = Endpoint(
-                a.metrics_host, a.metrics_port, self.registry, self.health, self.readiness
+                a.metrics_host,
+                a.metrics_port,
+                self.registry,
+                self.health,
+                self.readiness,
+                api=api.handle,
             ).start()
             self._verdicts = VerdictConsumer(s, self.engine.offsets)
             self._baselines = BaselineConsumer(s, self.metrics.baselines.labels("invalid").inc)
@@ -243,7 +252,7 @@ class AlertingService:
         assert self._baselines is not None
         engine, verdicts, baselines = self.engine, self._verdicts, self._baselines
         a = self.settings.alerting
-        refreshed = pruned = 0.0
+        refreshed = pruned = released = 0.0
         if engine.refit is not None:
             n = rebuild_refit_history(
                 self.settings, engine.refit, engine.store, int(self._clock() * 1000)
@@ -278,6 +287,10 @@ class AlertingService:
                 if n := engine.prune(cutoff):
                     log.info("pruned old incidents", extra={"incidents": n})
                 pruned = now
+            if now - released > self.RELEASE_EVERY_S:
+                if engine.release_held(int(self._clock() * 1000)):
+                    self._wake_senders()
+                released = now
             messages = verdicts.poll(a.batch_max, a.poll_timeout_s)
             if not messages:
                 continue

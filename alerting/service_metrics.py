@@ -50,6 +50,12 @@ class ServiceMetrics:
             ["severity"],
             registry=registry,
         )
+        self.incidents_silenced = Gauge(
+            "anchorwatch_alerting_incidents_silenced",
+            "Open incidents people have not been told of: opened while a silence or a "
+            "maintenance window muted them (they are posted once nothing does).",
+            registry=registry,
+        )
         self.mean_drift = Gauge(
             "anchorwatch_alerting_window_mean_drift",
             "Mean drift of the latest window judged, per doc type (at most "

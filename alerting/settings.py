@@ -24,6 +24,7 @@ from anchorwatch.alerting.integrations.jira.render import (
 )
 from anchorwatch.alerting.notify import NotifyMetrics, RetryPolicy
 from anchorwatch.alerting.render import Severity
+from anchorwatch.alerting.silences import MaintenanceWindow
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.settings import Section, ServiceSettings
 
@@ -459,6 +460,16 @@ class AlertingSection(Section):
         description="A doc type is refitted only once this many usable windows ended after "
         "the history of the baseline it holds.",
     )
+    maintenance_windows: list[MaintenanceWindow] = Field(
+        default_factory=list,
+        description="Recurring windows in which the named doc types are not posted (still "
+        "judged, stored and counted), as Alertmanager's time_intervals; docs/alerting.md.",
+    )
+    api_token: SecretStr | None = Field(
+        None,
+        description="Bearer token of the silences API on the metrics port (unset: the API is off).",
+    )
+    api_token_file: Path | None = Field(None, description="File holding the API token.")
 
     @field_validator("group_id")
     @classmethod
@@ -466,6 +477,19 @@ class AlertingSection(Section):
         if any(c.isspace() for c in value):
             raise ValueError("must not contain whitespace")
         return value
+
+    @model_validator(mode="after")
+    def _api_secret(self) -> AlertingSection:
+        token = self.token()
+        if token is not None and len(token.get_secret_value()) < 16:
+            raise ValueError("api_token: at least 16 characters (it guards who may mute pages)")
+        return self
+
+    def token(self) -> SecretStr | None:
+        """The silences API's token, from the value or the file."""
+        return _one_secret(
+            self.api_token, self.api_token_file, "api_token", "ANCHORWATCH_ALERTING__API_TOKEN"
+        )
 
 
 class AlertingSettings(ServiceSettings):

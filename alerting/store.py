@@ -23,13 +23,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final, Literal
 
 import orjson
 
-from anchorwatch.alerting.store_schema import SCHEMA, SCHEMA_VERSION
+from anchorwatch.alerting.store_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from anchorwatch.errors import AnchorwatchError
 
 FILENAME: Final = "alerting.sqlite3"
@@ -74,6 +74,10 @@ class IncidentRow:
     next_seq: int
     last_update_window_ms: int
     updated_ms: int
+    # Opened while muted (``silences.py``): what mutes it, and the post it waits to make
+    # ("opened" or "reopened") once nothing does; None once posted.
+    held_by: str | None = None
+    held_kind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -219,6 +223,18 @@ class Store:
                 f"alerting state {self.path} has schema {found}, this version reads up to "
                 f"{SCHEMA_VERSION}: run the newer anchorwatch"
             )
+        elif int(row[0]) < SCHEMA_VERSION:
+            if not create:
+                raise StoreError(
+                    f"alerting state {self.path} has schema {row[0]}: start the service once "
+                    f"to bring it to {SCHEMA_VERSION}"
+                )
+            for version in range(int(row[0]), SCHEMA_VERSION):
+                for statement in MIGRATIONS[version]:
+                    self._db.execute(statement)
+            self._db.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+            )
 
     @contextmanager
     def _tx(self, before_commit: Hook = _nothing) -> Iterator[sqlite3.Connection]:
@@ -340,27 +356,11 @@ class Store:
                 (keep_verdict_ids,),
             )
             db.executemany(
-                "INSERT INTO incidents (incident_id, doc_type, rule, state, severity, "
-                "opened_at_ms, resolved_at_ms, record, next_seq, last_update_window_ms, "
-                "updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (incident_id) DO UPDATE SET state = excluded.state, "
-                "severity = excluded.severity, resolved_at_ms = excluded.resolved_at_ms, "
-                "record = excluded.record, next_seq = excluded.next_seq, "
-                "last_update_window_ms = excluded.last_update_window_ms, "
-                "updated_ms = excluded.updated_ms",
+                _UPSERT_INCIDENT,
                 [
-                    (
-                        r.incident_id,
-                        r.doc_type,
-                        r.rule,
-                        r.state,
-                        r.severity,
-                        r.opened_at_ms,
-                        r.resolved_at_ms,
-                        _dumps(r.record),
-                        r.next_seq,
-                        r.last_update_window_ms,
-                        r.updated_ms,
+                    tuple(
+                        _dumps(v) if f == "record" else v
+                        for f, v in zip(_INCIDENT_FIELDS, astuple(r), strict=True)
                     )
                     for r in batch.incidents
                 ],
@@ -524,7 +524,7 @@ class Store:
                 (limit,),
             ).fetchall()
             for r in rows:
-                incident = _incident(r[:11])
+                incident = _incident(r[: len(_INCIDENT_FIELDS)])
                 deliveries: dict[str, dict[str, int]] = {}
                 for integration, status, n in self._db.execute(
                     "SELECT integration, status, COUNT(*) FROM outbox WHERE incident_id = ? "
@@ -532,7 +532,7 @@ class Store:
                     (incident.incident_id,),
                 ):
                     deliveries.setdefault(integration, {})[status] = n
-                out.append(IncidentListing(incident, Refs(*r[11:]), deliveries))
+                out.append(IncidentListing(incident, Refs(*r[len(_INCIDENT_FIELDS) :]), deliveries))
         return out
 
     def outbox_rows(self, incident_id: str | None = None) -> list[dict[str, Any]]:
@@ -547,13 +547,28 @@ class Store:
         return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
 
 
-_SELECT_INCIDENTS = (
-    "SELECT incident_id, doc_type, rule, state, severity, opened_at_ms, resolved_at_ms, record, "
-    "next_seq, last_update_window_ms, updated_ms FROM incidents"
+_INCIDENT_FIELDS = [f.name for f in fields(IncidentRow)]
+_ENTRY_FIELDS = [f.name for f in fields(OutboxEntry) if f.name != "refs"]
+#: Columns a new row of the same incident may change (the rest are set once).
+_CHANGING = (
+    "state",
+    "severity",
+    "resolved_at_ms",
+    "record",
+    "next_seq",
+    "last_update_window_ms",
+    "updated_ms",
+    "held_by",
+    "held_kind",
 )
+_UPSERT_INCIDENT = (
+    f"INSERT INTO incidents ({', '.join(_INCIDENT_FIELDS)}) "  # noqa: S608  (our own names)
+    f"VALUES ({', '.join('?' * len(_INCIDENT_FIELDS))}) ON CONFLICT (incident_id) DO UPDATE "
+    f"SET {', '.join(f'{c} = excluded.{c}' for c in _CHANGING)}"
+)
+_SELECT_INCIDENTS = f"SELECT {', '.join(_INCIDENT_FIELDS)} FROM incidents"  # noqa: S608
 _LIST_INCIDENTS = (
-    "SELECT incident_id, doc_type, rule, state, severity, opened_at_ms, resolved_at_ms, record, "
-    "next_seq, last_update_window_ms, updated_ms, slack_channel, slack_ts, jira_key, "
+    f"SELECT {', '.join(_INCIDENT_FIELDS)}, slack_channel, slack_ts, jira_key, "  # noqa: S608
     "jira_last_comment_ms FROM incidents {where} "
     "ORDER BY state = 'open' DESC, updated_ms DESC LIMIT ?"
 )
@@ -582,7 +597,3 @@ def _entry(r: tuple[Any, ...]) -> OutboxEntry:
     values = dict(zip(_ENTRY_FIELDS, r, strict=False))
     values["payload"] = orjson.loads(values["payload"])
     return OutboxEntry(**values, refs=Refs(*r[len(_ENTRY_FIELDS) :]))
-
-
-_INCIDENT_FIELDS = [f.name for f in fields(IncidentRow)]
-_ENTRY_FIELDS = [f.name for f in fields(OutboxEntry) if f.name != "refs"]

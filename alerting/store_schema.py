@@ -3,14 +3,19 @@ version, policy version, partition watermarks, learnt Slack channel ids), ``offs
 next verdict offset per partition), ``tracker_state`` (the detector's state per doc type),
 ``doc_types`` (each type's high-water mark, recent windows and partition),
 ``recent_verdicts`` (ids, to tell replays from late verdicts), ``incidents`` (with where
-each lives in Slack and Jira) and ``outbox`` (one row per incident, seq and integration).
+each lives in Slack and Jira, and what holds back the posts of one opened while muted),
+``outbox`` (one row per incident, seq and integration) and ``silences`` (see
+``silences.py``).
+
+A file of an older schema is brought up to date at start, in one transaction, by the steps
+of ``MIGRATIONS`` (version -> the statements that make it the next one).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -52,7 +57,9 @@ CREATE TABLE IF NOT EXISTS incidents (
     slack_channel TEXT,
     slack_ts TEXT,
     jira_key TEXT,
-    jira_last_comment_ms INTEGER
+    jira_last_comment_ms INTEGER,
+    held_by TEXT,
+    held_kind TEXT
 );
 CREATE INDEX IF NOT EXISTS incidents_state ON incidents (state, updated_ms);
 CREATE TABLE IF NOT EXISTS outbox (
@@ -76,4 +83,24 @@ CREATE TABLE IF NOT EXISTS outbox (
 );
 CREATE INDEX IF NOT EXISTS outbox_open ON outbox (integration, incident_id, seq)
     WHERE status IN ('pending', 'attempting');
+CREATE TABLE IF NOT EXISTS silences (
+    silence_id TEXT PRIMARY KEY,
+    doc_type TEXT,
+    severity TEXT,
+    starts_ms INTEGER NOT NULL,
+    ends_ms INTEGER NOT NULL,
+    author TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    expired_ms INTEGER,
+    expired_by TEXT
+);
 """
+
+#: Version -> the statements that bring a file of that version to the next.
+MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    1: (
+        "ALTER TABLE incidents ADD COLUMN held_by TEXT",
+        "ALTER TABLE incidents ADD COLUMN held_kind TEXT",
+    ),
+}

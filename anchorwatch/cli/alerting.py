@@ -5,22 +5,30 @@ the modules they call."""
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from anchorwatch.alerting.render import IncidentView, Severity, WindowPoint
 from anchorwatch.cli.common import load_settings
+from anchorwatch.cli.silence import silence
 from anchorwatch.contracts import Reason, WindowAggregate
 from anchorwatch.errors import AnchorwatchError
+
+if TYPE_CHECKING:
+    from anchorwatch.alerting.store import IncidentRow
 
 
 @click.group()
 def alerting() -> None:
     """The alerting service: verdicts to incidents, Slack threads, Jira tickets and drift
-    events; its local Slack/Jira servers and a test notification."""
+    events; silences; its local Slack/Jira servers and a test notification."""
+
+
+alerting.add_command(silence)
 
 
 @alerting.command("serve")
@@ -66,18 +74,35 @@ def incidents(
     as_json: bool,
     state_dir: Path | None,
 ) -> None:
-    """List open incidents (with --all, recent resolved ones too): severity, times, the Jira
-    ticket, notifications not yet delivered ('!': some failed for good) and, with --json,
-    the Slack thread and every delivery's state. Reads the state file; the service may be
+    """List open incidents (with --all, recent resolved ones too): state (open, silenced:
+    muted by a silence or maintenance window, resolved), severity, times, the Jira ticket,
+    notifications not yet delivered ('!': some failed for good) and, with --json, the Slack
+    thread, what silenced it and every delivery's state. Reads the state file; the service may be
     running."""
     import orjson
 
     from anchorwatch.alerting.render import clean_text, incident_label, truncate
     from anchorwatch.alerting.service import list_incidents
     from anchorwatch.alerting.settings import AlertingSettings
+    from anchorwatch.alerting.silence_book import SilenceBook
+    from anchorwatch.alerting.silences import Muting
 
-    directory = state_dir or load_settings(ctx, AlertingSettings).alerting.state_dir
+    settings = load_settings(ctx, AlertingSettings).alerting
+    directory = state_dir or settings.state_dir
     listing = list_incidents(directory, open_only=not show_all, limit=limit)
+    now_ms = int(time.time() * 1000)
+    book = SilenceBook(directory)
+    try:
+        muting = Muting.at(book.active(now_ms), settings.maintenance_windows, now_ms)
+    finally:
+        book.close()
+
+    def silenced_by(row: IncidentRow) -> str | None:
+        """What keeps it from people: what held its first post, or what mutes it now."""
+        if row.held_by is not None:
+            return row.held_by
+        return muting.reason(row.doc_type, row.severity) if row.state == "open" else None
+
     if as_json:
         for item in listing:
             row = item.row
@@ -87,6 +112,7 @@ def incidents(
                 "doc_type": row.doc_type,
                 "rule": row.rule,
                 "state": row.state,
+                "silenced_by": silenced_by(row),
                 "severity": row.severity,
                 "opened_at": _iso(row.opened_at_ms),
                 "resolved_at": _iso(row.resolved_at_ms) or None,
@@ -118,8 +144,9 @@ def incidents(
             if status in ("pending", "attempting")
         )
         failed = sum(s.get("failed", 0) for s in item.deliveries.values())
+        state = "silenced" if row.state == "open" and silenced_by(row) else row.state
         click.echo(
-            f"{row.state:<9}{row.severity:<10}{_iso(row.opened_at_ms, short=True):<18}"
+            f"{state:<9}{row.severity:<10}{_iso(row.opened_at_ms, short=True):<18}"
             f"{_iso(row.resolved_at_ms, short=True):<18}{item.refs.jira_key or '-':<11}"
             f"{str(unsent) + ('!' if failed else ''):<8}{incident_label(row.incident_id):<17}"
             f"{truncate(clean_text(row.doc_type), 60)}"

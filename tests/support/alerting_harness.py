@@ -153,7 +153,7 @@ class Harness:
         return SlackSender(notifier, s.routing)
 
     def restart(self) -> None:
-        self.store.close()
+        self.engine.close()  # its store and silence book
         for d in self.drainers:
             d._store.close()
         self._start(None)

@@ -19,15 +19,28 @@ from anchorwatch.errors import AnchorwatchError
 from tests.support.alerting import SLACK_TOKEN
 
 
-@pytest.mark.parametrize("name", sorted(alerting.commands))
-def test_every_command_has_help_describing_every_option(name: str) -> None:
-    result = CliRunner().invoke(alerting, [name, "--help"])
+def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command under the group, nested groups' included, as its words."""
+    found = []
+    for name, command in sorted(group.commands.items()):
+        found.append((*prefix, name))
+        if isinstance(command, click.Group):
+            found += _commands(command, (*prefix, name))
+    return found
+
+
+@pytest.mark.parametrize("words", _commands(alerting), ids=" ".join)
+def test_every_command_has_help_describing_every_option(words: tuple[str, ...]) -> None:
+    result = CliRunner().invoke(alerting, [*words, "--help"])
     assert result.exit_code == 0, result.output
-    command: click.Command = alerting.commands[name]
+    command: click.Command = alerting
+    for word in words:
+        assert isinstance(command, click.Group)
+        command = command.commands[word]
     assert command.help
     for param in command.params:
         if isinstance(param, click.Option) and param.name != "help":
-            assert param.help, f"{name} {param.opts} has no help"
+            assert param.help, f"{words} {param.opts} has no help"
 
 
 def test_send_test_reaches_both_local_servers(slack: LocalSlack, jira: LocalJira) -> None:

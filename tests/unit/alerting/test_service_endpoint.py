@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -295,3 +296,31 @@ def test_serve_exits_within_10_s_of_sigterm_when_a_call_hangs(
     assert took < AlertingService.STOP_TIMEOUT_S + 2  # the stop, and the interpreter's exit
     stopped = [json.loads(line) for line in log.read_text().splitlines() if "stopped" in line]
     assert "alerting-sender-slack" in stopped[-1]["left_behind"]
+
+
+def test_the_endpoint_hands_api_calls_over_and_bounds_their_bodies() -> None:
+    calls: list[tuple[str, str, str, bytes]] = []
+
+    def api(method: str, target: str, headers: Mapping[str, str], body: bytes) -> Any:
+        calls.append((method, target, headers.get("authorization", ""), body))
+        return 201, "application/json", b'{"ok": true}\n'
+
+    endpoint = Endpoint(
+        "127.0.0.1", 0, CollectorRegistry(), lambda: (True, {}), lambda: (True, {}), api=api
+    ).start()
+    try:
+        made = requests.post(
+            f"{endpoint.url}/api/v1/silences?x=1",
+            data=b'{"a": 1}',
+            headers={"Authorization": "Bearer t"},
+            timeout=5,
+        )
+        assert (made.status_code, made.json()) == (201, {"ok": True})
+        assert calls == [("POST", "/api/v1/silences?x=1", "Bearer t", b'{"a": 1}')]
+        big = requests.post(f"{endpoint.url}/api/v1/silences", data=b"x" * 70_000, timeout=5)
+        assert big.status_code == 413
+        assert len(calls) == 1  # refused unread
+        assert requests.delete(f"{endpoint.url}/metrics", timeout=5).status_code == 404
+        assert requests.get(f"{endpoint.url}/metrics", timeout=5).status_code == 200
+    finally:
+        endpoint.stop()

@@ -1,0 +1,93 @@
+"""The silences of a state file (the ``silences`` table of ``store_schema.py``).
+
+Its own connection, apart from ``Store``: the CLI, the HTTP API and the engine each open a
+book on the same file (WAL lets them read while the service writes). Adding or expiring a
+silence is one short transaction, logged; the engine reads the active ones once a batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from dataclasses import astuple, fields, replace
+from pathlib import Path
+from typing import Any
+
+from anchorwatch.alerting.silences import Silence, SilenceError
+from anchorwatch.alerting.store import FILENAME, Store, StoreError
+
+log = logging.getLogger(__name__)
+
+_FIELDS = [f.name for f in fields(Silence)]
+_SELECT = f"SELECT {', '.join(_FIELDS)} FROM silences"  # noqa: S608  (our own names)
+
+
+class SilenceBook:
+    def __init__(self, state_dir: Path) -> None:
+        # Opening the Store checks the file's schema (and says what to do if it is old).
+        Store(state_dir, create=False).close()
+        self.path = state_dir / FILENAME
+        try:
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, timeout=60, check_same_thread=False
+            )
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"alerting state {self.path}: {exc}") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    def add(self, silence: Silence) -> None:
+        marks = ", ".join("?" * len(_FIELDS))
+        with self._db:
+            self._db.execute(
+                f"INSERT INTO silences ({', '.join(_FIELDS)}) VALUES ({marks})",  # noqa: S608
+                astuple(silence),
+            )
+        log.info(
+            "silence added",
+            extra={
+                "silence_id": silence.silence_id,
+                "doc_type": silence.doc_type,
+                "severity": silence.severity,
+                "ends_ms": silence.ends_ms,
+                "author": silence.author,
+                "reason": silence.reason,
+            },
+        )
+
+    def get(self, silence_id: str) -> Silence | None:
+        row = self._db.execute(_SELECT + " WHERE silence_id = ?", (silence_id,)).fetchone()
+        return _silence(row) if row else None
+
+    def expire(self, silence_id: str, *, by: str, now_ms: int) -> Silence:
+        """Ends a silence now; SilenceError if there is none of that id or it has ended."""
+        with self._db:
+            found = self.get(silence_id)
+            if found is None:
+                raise SilenceError(f"silence_id: no silence {silence_id!r}")
+            if not found.active(now_ms) and found.starts_ms <= now_ms:
+                raise SilenceError(f"silence_id: silence {silence_id} has already ended")
+            self._db.execute(
+                "UPDATE silences SET expired_ms = ?, expired_by = ? WHERE silence_id = ?",
+                (now_ms, by, silence_id),
+            )
+        log.info("silence expired", extra={"silence_id": silence_id, "expired_by": by})
+        return replace(found, expired_ms=now_ms, expired_by=by)
+
+    def active(self, now_ms: int) -> list[Silence]:
+        rows = self._db.execute(
+            _SELECT + " WHERE starts_ms <= ? AND ends_ms > ? AND (expired_ms IS NULL OR "
+            "expired_ms > ?) ORDER BY created_ms",
+            (now_ms, now_ms, now_ms),
+        ).fetchall()
+        return [_silence(r) for r in rows]
+
+    def all(self, *, limit: int = 200) -> list[Silence]:
+        """Newest first, ended ones included."""
+        rows = self._db.execute(_SELECT + " ORDER BY created_ms DESC LIMIT ?", (limit,))
+        return [_silence(r) for r in rows.fetchall()]
+
+
+def _silence(row: tuple[Any, ...]) -> Silence:
+    return Silence(**dict(zip(_FIELDS, row, strict=True)))

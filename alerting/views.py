@@ -1,0 +1,83 @@
+"""What the renderers are shown of an incident (``IncidentView``): built from a change the
+detector made, or from an open incident as the store holds it (a post held back while
+muted goes out from there)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from anchorwatch.alerting.render import IncidentState, IncidentView, WindowPoint
+from anchorwatch.alerting.store import IncidentRow
+from anchorwatch.contracts import Reason, WindowAggregate
+from anchorwatch.policy.incident_types import IncidentChange
+
+#: The state a notification of each kind of change shows.
+STATES: Final[dict[str, IncidentState]] = {
+    "opened": "open",
+    "reopened": "open",
+    "updated": "updated",
+    "resolved": "resolved",
+}
+
+
+def change_view(
+    change: IncidentChange, window_size_ms: int, dashboard_url: str | None
+) -> IncidentView:
+    inc, j = change.incident, change.judgement
+    window = change.window
+    reasons: list[Reason] = list(j.reasons) if j is not None else []
+    if window is None:
+        # Resolved for silence: the slot had no window at all.
+        window = WindowAggregate(
+            doc_type=inc.doc_type,
+            window_start_ms=change.window_start_ms,
+            window_end_ms=change.window_start_ms + window_size_ms,
+            request_count=0,
+            mean_drift=0.0,
+        )
+        reasons.append(
+            Reason(code="silent", message="no conclusive window: resolved for lack of traffic")
+        )
+    return IncidentView(
+        incident_id=inc.incident_id,
+        doc_type=inc.doc_type,
+        severity=inc.severity,
+        state=STATES[change.kind],
+        opened_at_ms=inc.opened_at_ms,
+        resolved_at_ms=inc.resolved_at_ms,
+        window=window,
+        threshold=j.threshold if j is not None else inc.threshold,
+        baseline_version=j.baseline_version if j is not None else inc.baseline_version,
+        reasons=reasons,
+        peak_mean_drift=inc.peak_mean_drift,
+        dashboard_url=dashboard_url,
+        adapted_from=inc.adapted_from if inc.resolution == "adapted" else None,
+        adapted_to=inc.adapted_to if inc.resolution == "adapted" else None,
+    )
+
+
+def row_view(
+    row: IncidentRow, history: list[WindowPoint], dashboard_url: str | None
+) -> IncidentView:
+    """An open incident as stored, with its type's latest window."""
+    last = history[-1] if history else None
+    window = WindowAggregate(
+        doc_type=row.doc_type,
+        window_start_ms=last.window_start_ms if last else row.opened_at_ms,
+        window_end_ms=last.window_end_ms if last else row.opened_at_ms,
+        request_count=last.request_count if last else 0,
+        mean_drift=last.mean_drift if last else 0.0,
+    )
+    return IncidentView(
+        incident_id=row.incident_id,
+        doc_type=row.doc_type,
+        severity=row.severity,  # type: ignore[arg-type]  # the store holds what was written
+        state="open",
+        opened_at_ms=row.opened_at_ms,
+        resolved_at_ms=None,
+        window=window,
+        threshold=last.threshold if last else float(row.record["threshold"]),
+        baseline_version=row.record.get("baseline_version"),
+        peak_mean_drift=float(row.record["peak_mean_drift"]),
+        dashboard_url=dashboard_url,
+    )
