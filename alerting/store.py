@@ -23,7 +23,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import astuple, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -358,9 +358,10 @@ class Store:
             db.executemany(
                 _UPSERT_INCIDENT,
                 [
+                    # getattr, not astuple: that deep-copies each record on the hot path.
                     tuple(
-                        _dumps(v) if f == "record" else v
-                        for f, v in zip(_INCIDENT_FIELDS, astuple(r), strict=True)
+                        _dumps(r.record) if f == "record" else getattr(r, f)
+                        for f in _INCIDENT_FIELDS
                     )
                     for r in batch.incidents
                 ],
