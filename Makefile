@@ -18,7 +18,8 @@ test: system lint $(VENV)/.installed jvm  ## lint, types, unit and integration t
 # list of what is missing instead of a failure deep inside a test.
 system:
 	@missing=""; \
-	for p in java:openjdk-17-jre-headless mvn:maven promtool:prometheus shellcheck:shellcheck \
+	for p in java:openjdk-17-jre-headless mvn:maven promtool:prometheus \
+	         amtool:prometheus-alertmanager shellcheck:shellcheck \
 	         chromium:chromium chromedriver:chromium-driver; do \
 	  command -v $${p%%:*} >/dev/null || missing="$$missing $${p#*:}"; done; \
 	command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || missing="$$missing golang-go"; \

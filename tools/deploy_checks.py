@@ -28,11 +28,18 @@ RULES_DIR = PROMETHEUS_DIR / "rules"
 RULE_TESTS_DIR = PROMETHEUS_DIR / "tests"
 GRAFANA_DIR = ROOT / "deploy" / "grafana"
 DASHBOARD = GRAFANA_DIR / "dashboards" / "anchorwatch.json"
+ALERTMANAGER_DIR = ROOT / "deploy" / "alertmanager"
+ALERTMANAGER_CONFIG = ALERTMANAGER_DIR / "alertmanager.yml"
 DOCKERFILES = sorted((ROOT / "docker").glob("*.Dockerfile"))
 
 PROMTOOL_MISSING = (
     "promtool is not installed; it validates and unit-tests the Prometheus rules. "
     "Install it with `apt-get install prometheus` (Debian) or put Prometheus' promtool on PATH."
+)
+AMTOOL_MISSING = (
+    "amtool is not installed; it validates the Alertmanager configuration and its routes. "
+    "Install it with `apt-get install prometheus-alertmanager` (Debian: amtool and the "
+    "prometheus-alertmanager binary) or put Alertmanager's amtool on PATH."
 )
 
 
@@ -290,6 +297,13 @@ def rule_expressions() -> Iterator[tuple[str, str]]:
                 yield rule.get("alert") or rule["record"], rule["expr"]
 
 
+def alert_rules() -> Iterator[dict[str, Any]]:
+    """Every alerting rule (recording rules left out), as written."""
+    for path in sorted(RULES_DIR.glob("*.yml")):
+        for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]:
+            yield from (rule for rule in group["rules"] if "alert" in rule)
+
+
 def dashboard() -> dict[str, Any]:
     data = json.loads(DASHBOARD.read_text(encoding="utf-8"))
     assert isinstance(data, dict)
@@ -333,6 +347,15 @@ def dashboard_queries(board: Mapping[str, Any] | None = None) -> list[tuple[str,
 
 def promtool() -> str | None:
     return shutil.which("promtool")
+
+
+def amtool() -> str | None:
+    return shutil.which("amtool")
+
+
+def alertmanager_binary() -> str | None:
+    """Alertmanager itself: ``alertmanager`` upstream, ``prometheus-alertmanager`` in Debian."""
+    return shutil.which("alertmanager") or shutil.which("prometheus-alertmanager")
 
 
 def check_promql(exprs: Iterable[str], tmp_dir: Path) -> subprocess.CompletedProcess[str]:

@@ -404,7 +404,15 @@ class LocalSlack(LocalServer):
         if blocks is not None and _blocks_error(blocks):
             self._record("webhook", 400, "invalid_blocks")
             return Response.text("invalid_blocks", 400)
-        if not payload.get("text") and not blocks:
+        attachments = payload.get("attachments")
+        if attachments is not None and (
+            not isinstance(attachments, list) or not all(isinstance(a, dict) for a in attachments)
+        ):
+            self._record("webhook", 400, "invalid_attachments")
+            return Response.text("invalid_attachments", 400)
+        # Legacy attachments alone are a message too (Alertmanager's slack_configs send them).
+        shown = payload.get("text") or _attachments_text(attachments or [])
+        if not shown and not blocks:
             self._record("webhook", 400, "no_text")
             return Response.text("no_text", 400)
         with self.lock:
@@ -416,7 +424,7 @@ class LocalSlack(LocalServer):
                     "channel_name": path,
                     "ts": self._next_ts(),
                     "thread_ts": None,
-                    "text": payload.get("text") or "",
+                    "text": shown or "",
                     "blocks": blocks or [],
                     "params": payload,
                     "edits": [],
@@ -469,3 +477,14 @@ class LocalSlack(LocalServer):
             digits = parts[2][1:]
             focus = f"{digits[:-6]}.{digits[-6:]}"
         return slack_page(messages, names, channel=channel, focus_ts=focus)
+
+
+def _attachments_text(attachments: list[dict[str, object]]) -> str:
+    """What Slack shows of legacy attachments: each one's pretext, title and text."""
+    parts = [
+        str(a[key])
+        for a in attachments
+        for key in ("pretext", "title", "text")
+        if isinstance(a.get(key), str) and a[key]
+    ]
+    return "\n".join(parts)

@@ -101,6 +101,14 @@ def test_slack_webhook_plain_text_answers(slack: LocalSlack) -> None:
     assert (no_text.status_code, no_text.text) == (400, "no_text")
     bad = requests.post(slack.webhook_url, data=b"{nope", timeout=5)
     assert (bad.status_code, bad.text) == (400, "invalid_payload")
+    # Legacy attachments alone are a message (Alertmanager's slack_configs send only them).
+    legacy = {"attachments": [{"title": "[FIRING:1] X", "text": "summary", "color": "danger"}]}
+    assert requests.post(slack.webhook_url, json=legacy, timeout=5).text == "ok"
+    assert slack.messages[-1]["text"] == "[FIRING:1] X\nsummary"
+    empty = requests.post(slack.webhook_url, json={"attachments": [{"color": "x"}]}, timeout=5)
+    assert (empty.status_code, empty.text) == (400, "no_text")
+    wrong = requests.post(slack.webhook_url, json={"attachments": "x"}, timeout=5)
+    assert (wrong.status_code, wrong.text) == (400, "invalid_attachments")
 
 
 # --------------------------------------------------------------------------- Jira

@@ -363,6 +363,19 @@ def test_secrets_come_from_the_environment_and_env_is_ignored() -> None:
     assert ".env" in ignored
 
 
+def test_secret_files_are_declared_and_named_by_variables(stack: dict[str, Any]) -> None:
+    """Compose secrets come from files: a variable names the file (a path in .env, never the
+    value), and the default file holds no credential (the local Slack's webhook URL)."""
+    declared = stack.get("secrets") or {}
+    used = {s for service in stack["services"].values() for s in service.get("secrets") or []}
+    assert used == set(declared), f"declared {sorted(declared)}, used {sorted(used)}"
+    for name, spec in dc.raw_compose()["secrets"].items():
+        assert re.fullmatch(r"\$\{[A-Z0-9_]+_FILE:-\./[^}]+\}", spec["file"]), name
+        default = dc.ROOT / declared[name]["file"]
+        assert default.is_file(), f"{name}: {default} does not exist"
+        assert default.is_relative_to(dc.ROOT / "deploy"), name
+
+
 def test_env_example_documents_every_variable_compose_reads() -> None:
     documented = set(example_env())
     referenced = dc.referenced_variables(dc.COMPOSE_FILE.read_text(encoding="utf-8"))
