@@ -1,6 +1,9 @@
 """One incident change to its outbox entries: one per configured integration that acts on
 the change's kind, each integration's follow-up after them, seqs in order.
 
+An integration may route changes (``Integration.routes``: the paging receivers, by the
+incident's severity): a change it does not route writes no entry for it.
+
 Muting (``silences.py``) narrows who gets a change: integrations that carry the downstream
 drift event still get it (a silence is for people, not for the systems that act on drift);
 the ones that post for people (Slack, Jira) do not.
@@ -51,6 +54,8 @@ class Fanout:
                 continue
             if not _reaches(integration, audience):
                 continue
+            if not integration.routes(self._settings, kind, payload):
+                continue  # not its severity (the paging receivers)
             body = payload
             if integration.carries == "event":
                 if event is None:

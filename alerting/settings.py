@@ -1,6 +1,8 @@
 """Settings of the alerting service: ``[alerting]`` (the service itself: state, consumer,
-endpoint, pacing), its integrations ``[slack]``, ``[jira]``, ``[routing]`` and ``[retry]``,
-and the detection policy ``[policy]`` (shared with the baseline fit and the backtest).
+endpoint, pacing), its integrations ``[slack]``, ``[jira]``, ``[routing]`` and ``[retry]``
+(the paging receivers' ``[pagerduty]`` and ``[webhook]`` are in
+``integrations/paging_settings.py``), and the detection policy ``[policy]`` (shared with the
+baseline fit and the backtest).
 
 Environment: ``ANCHORWATCH_<SECTION>__<FIELD>``; file: ``field`` under ``[section]``.
 Secrets (the Slack bot token, the webhook URL, the Jira API token) come from the
@@ -22,6 +24,7 @@ from anchorwatch.alerting.integrations.jira.render import (
     DEFAULT_SUMMARY_TEMPLATE,
     check_summary_template,
 )
+from anchorwatch.alerting.integrations.paging_settings import PagerDutySection, WebhookSection
 from anchorwatch.alerting.notify import NotifyMetrics, RetryPolicy
 from anchorwatch.alerting.render import Severity
 from anchorwatch.alerting.silences import MaintenanceWindow
@@ -499,3 +502,5 @@ class AlertingSettings(ServiceSettings):
     jira: JiraSection = Field(default_factory=JiraSection)
     routing: RoutingSection = Field(default_factory=RoutingSection)
     retry: RetrySection = Field(default_factory=RetrySection)
+    pagerduty: PagerDutySection = Field(default_factory=PagerDutySection)
+    webhook: WebhookSection = Field(default_factory=WebhookSection)

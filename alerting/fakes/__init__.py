@@ -5,5 +5,6 @@ the service can be tried without a Slack workspace or a Jira site.
 
 ``server.py`` the HTTP server and fault injection they share; ``slack.py`` the Web API and
 incoming webhooks; ``jira.py`` the REST API, ``jira_issues.py`` its issues and workflow,
-``jql.py`` its query language; ``pages.py`` the HTML pages.
+``jql.py`` its query language; ``pages.py`` the HTML pages; ``pagerduty.py`` the Events API
+v2 (``anchorwatch alerting local-pagerduty``); ``webhook.py`` a webhook receiver.
 """

@@ -4,6 +4,9 @@
   token) or an incoming webhook, ``sender.py`` sends outbox entries and reconciles them;
 - ``jira/``: ``render.py`` builds the ticket texts and labels, ``notifier.py`` talks to the
   REST API, ``sender.py`` sends outbox entries and reconciles them;
+- ``pagerduty.py``: PagerDuty Events API v2; ``webhook.py``: a webhook with Alertmanager's
+  body; ``paging_settings.py`` their settings and routing by severity, ``paging.py`` their
+  HTTP call;
 - ``events.py``: drift events produced to Kafka;
 - ``dry_run.py``: what any of them would send, logged instead.
 

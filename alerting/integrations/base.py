@@ -91,6 +91,11 @@ class Integration:
     #: these settings and the change's payload.
     then: Mapping[str, str] = field(default_factory=dict)
     then_if: Callable[[AlertingSettings, dict[str, Any]], bool] = lambda settings, payload: True
+    #: Whether a change of this kind, with this payload, is for it at all (the paging
+    #: receivers route by the incident's severity): no entry is written when it says no.
+    routes: Callable[[AlertingSettings, str, dict[str, Any]], bool] = (
+        lambda settings, kind, payload: True
+    )
 
 
 def missing(integration: str, action: str, what: str) -> PermanentError:

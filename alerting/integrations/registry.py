@@ -7,10 +7,12 @@ from typing import Final
 from anchorwatch.alerting.integrations.base import Integration
 from anchorwatch.alerting.integrations.events import EVENTS
 from anchorwatch.alerting.integrations.jira.sender import JIRA
+from anchorwatch.alerting.integrations.pagerduty import PAGERDUTY
 from anchorwatch.alerting.integrations.slack.sender import SLACK
+from anchorwatch.alerting.integrations.webhook import WEBHOOK
 from anchorwatch.alerting.settings import AlertingSettings
 
-INTEGRATIONS: Final[tuple[Integration, ...]] = (SLACK, JIRA, EVENTS)
+INTEGRATIONS: Final[tuple[Integration, ...]] = (SLACK, JIRA, PAGERDUTY, WEBHOOK, EVENTS)
 BY_NAME: Final[dict[str, Integration]] = {i.name: i for i in INTEGRATIONS}
 
 

@@ -1,6 +1,6 @@
 """`anchorwatch alerting ...`: the service (`serve`), its incidents (`incidents`), the local
-Slack and Jira servers, and a test notification. Entry points only wire; the work lives in
-the modules they call."""
+Slack, Jira and PagerDuty servers, and a test notification. Entry points only wire; the work
+lives in the modules they call."""
 
 from __future__ import annotations
 
@@ -252,6 +252,33 @@ def local_jira(
             f"ANCHORWATCH_JIRA__PROJECT={projects[0]}",
             f"  faults: curl -X POST {server.url}/_local/faults -d "
             """'{"method": "create", "status": 503, "times": 2}'""",
+        ],
+    )
+
+
+@alerting.command("local-pagerduty")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind to.")
+@click.option("--port", default=8091, show_default=True, type=int, help="Port (0: any free).")
+@click.option(
+    "--routing-key",
+    default=None,
+    help="Accept only this routing key (32 characters). [default: any 32-character key]",
+)
+def local_pagerduty(host: str, port: int, routing_key: str | None) -> None:
+    """Run a local PagerDuty (Events API v2) that keeps the alerts it is sent by dedup_key;
+    see them at http://HOST:PORT/ ."""
+    from anchorwatch.alerting.fakes.pagerduty import LOCAL_ROUTING_KEY, LocalPagerDuty
+
+    server = _bind(LocalPagerDuty, host, port, routing_key=routing_key)
+    _serve(
+        server,
+        [
+            f"local PagerDuty on {server.url}/ (alerts: {server.url}/_local/alerts)",
+            "  ANCHORWATCH_PAGERDUTY__ENABLED=true "
+            f"ANCHORWATCH_PAGERDUTY__URL={server.enqueue_url} "
+            f"ANCHORWATCH_PAGERDUTY__ROUTING_KEY={routing_key or LOCAL_ROUTING_KEY}",
+            f"  faults: curl -X POST {server.url}/_local/faults -d "
+            """'{"method": "enqueue", "status": 429, "times": 2}'""",
         ],
     )
 

@@ -1,6 +1,6 @@
 """Fixtures the alerting tests share, unit and integration alike (registered for the whole
-suite by tests/conftest.py): a manual clock, the local Slack and Jira servers, and a state
-store in the test's own directory.
+suite by tests/conftest.py): a manual clock, the local Slack, Jira and PagerDuty servers, a
+local webhook receiver, and a state store in the test's own directory.
 
 A module or a test that needs another variant says so with a marker instead of defining a
 fixture of its own: ``pytest.mark.local_slack(token=None)`` (a Slack taking any token),
@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 
 from anchorwatch.alerting.fakes.jira import LocalJira
+from anchorwatch.alerting.fakes.pagerduty import LocalPagerDuty
 from anchorwatch.alerting.fakes.slack import LocalSlack
+from anchorwatch.alerting.fakes.webhook import LocalWebhook
 from anchorwatch.alerting.notify import ManualClock
 from anchorwatch.alerting.store import Store
 from tests.support.alerting import SLACK_TOKEN
@@ -56,6 +58,20 @@ def slack(request: pytest.FixtureRequest) -> Iterator[LocalSlack]:
 def jira(request: pytest.FixtureRequest) -> Iterator[LocalJira]:
     """The local Jira (Data Center, no login unless the marker asks for one)."""
     with LocalJira(**_options(request, "local_jira")) as server:
+        yield server
+
+
+@pytest.fixture
+def pagerduty() -> Iterator[LocalPagerDuty]:
+    """The local PagerDuty (Events API v2), taking any 32-character routing key."""
+    with LocalPagerDuty() as server:
+        yield server
+
+
+@pytest.fixture
+def receiver() -> Iterator[LocalWebhook]:
+    """A local webhook receiver, recording the bodies POSTed to it."""
+    with LocalWebhook() as server:
         yield server
 
 

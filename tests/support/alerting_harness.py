@@ -39,6 +39,8 @@ from tests.support.alerting import POLICY, SLACK_TOKEN, slack_threads
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
 TOPIC = "verdicts"
+#: The paging receivers: in the run when their settings turn them on, with their real senders.
+PAGING = ("pagerduty", "webhook")
 
 
 class Crash(BaseException):
@@ -115,6 +117,7 @@ class Harness:
             integrations.append("slack")
         if s.jira.enabled:
             integrations.append("jira")
+        integrations += [n for n in PAGING if registry.BY_NAME[n].enabled(s)]
         integrations.append("events")
         self.store = Store(s.alerting.state_dir)
         self.engine = Engine(
@@ -146,6 +149,8 @@ class Harness:
         caller = OneAttempt(clock=self.clock)
         if integration == "jira":
             return JiraSender.from_settings(s.jira, caller, clock_ms=self.clock.ms)
+        if integration in PAGING:
+            return registry.BY_NAME[integration].sender(s, caller)
         if s.slack.mode == "webhook":
             return SlackWebhookSender(SlackWebhookNotifier.from_settings(s.slack, caller))
         client = WebClient(token=SLACK_TOKEN, base_url=s.slack.api_url, retry_handlers=[])
