@@ -27,6 +27,7 @@ from anchorwatch.alerting.integrations.jira.render import (
 from anchorwatch.alerting.integrations.paging_settings import PagerDutySection, WebhookSection
 from anchorwatch.alerting.notify import NotifyMetrics, RetryPolicy
 from anchorwatch.alerting.render import Severity
+from anchorwatch.alerting.secret_fields import http_url, one_secret
 from anchorwatch.alerting.silences import MaintenanceWindow
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.settings import Section, ServiceSettings
@@ -34,36 +35,6 @@ from anchorwatch.settings import Section, ServiceSettings
 # A channel name (#ops-alerts, ops-alerts) or a conversation id (C0123ABCD).
 _CHANNEL = re.compile(r"^(#?[a-z0-9][a-z0-9._-]{0,79}|[CGD][A-Z0-9]{6,})$")
 _PROJECT_KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,19}$")
-
-
-def _read_secret(path: Path, what: str) -> SecretStr:
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ValueError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
-    if not text:
-        raise ValueError(f"{what}: {path} is empty")
-    return SecretStr(text)
-
-
-def _one_secret(
-    value: SecretStr | None, path: Path | None, name: str, env: str
-) -> SecretStr | None:
-    """The secret from the value or the file (read now so a bad file fails at load)."""
-    if value is not None and path is not None:
-        raise ValueError(f"{name}_file: set {name} or {name}_file, not both")
-    if value is not None and not value.get_secret_value().strip():
-        raise ValueError(f"{name}: must not be empty (set {env})")
-    if path is not None:
-        return _read_secret(path, f"{name}_file")
-    return value
-
-
-def _http_url(value: str, name: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"{name}: must be an http(s) URL, got {value!r}")
-    return value
 
 
 class SlackSection(Section):
@@ -97,14 +68,14 @@ class SlackSection(Section):
     @field_validator("api_url")
     @classmethod
     def _api_url(cls, value: str) -> str:
-        return _http_url(value, "api_url").rstrip("/") + "/"
+        return http_url(value, "api_url").rstrip("/") + "/"
 
     @model_validator(mode="after")
     def _secrets(self) -> SlackSection:
-        token = _one_secret(
+        token = one_secret(
             self.bot_token, self.bot_token_file, "bot_token", "ANCHORWATCH_SLACK__BOT_TOKEN"
         )
-        hook = _one_secret(
+        hook = one_secret(
             self.webhook_url, self.webhook_url_file, "webhook_url", "ANCHORWATCH_SLACK__WEBHOOK_URL"
         )
         if self.mode == "bot" and token is None:
@@ -118,14 +89,14 @@ class SlackSection(Section):
                     "webhook_url: required when mode is 'webhook' (ANCHORWATCH_SLACK__WEBHOOK_URL "
                     "or ANCHORWATCH_SLACK__WEBHOOK_URL_FILE)"
                 )
-            _http_url(hook.get_secret_value(), "webhook_url")
+            http_url(hook.get_secret_value(), "webhook_url", secret=True)
         return self
 
     def token(self) -> SecretStr | None:
-        return _one_secret(self.bot_token, self.bot_token_file, "bot_token", "")
+        return one_secret(self.bot_token, self.bot_token_file, "bot_token", "")
 
     def webhook(self) -> SecretStr | None:
-        return _one_secret(self.webhook_url, self.webhook_url_file, "webhook_url", "")
+        return one_secret(self.webhook_url, self.webhook_url_file, "webhook_url", "")
 
 
 def _default_priorities() -> dict[Severity, str]:
@@ -179,7 +150,7 @@ class JiraSection(Section):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        return _http_url(value, "url").rstrip("/")
+        return http_url(value, "url").rstrip("/")
 
     @field_validator("project")
     @classmethod
@@ -203,7 +174,7 @@ class JiraSection(Section):
 
     @model_validator(mode="after")
     def _secrets(self) -> JiraSection:
-        token = _one_secret(
+        token = one_secret(
             self.api_token, self.api_token_file, "api_token", "ANCHORWATCH_JIRA__API_TOKEN"
         )
         # Only a Jira on this machine (the local server) may be used without credentials.
@@ -216,7 +187,7 @@ class JiraSection(Section):
         return self
 
     def token(self) -> SecretStr | None:
-        return _one_secret(self.api_token, self.api_token_file, "api_token", "")
+        return one_secret(self.api_token, self.api_token_file, "api_token", "")
 
 
 class RoutingSection(Section):
@@ -257,7 +228,7 @@ class RoutingSection(Section):
         names = set(re.findall(r"{(\w*)}", value))
         if names - {"doc_type"}:
             raise ValueError(f"only {{doc_type}} may be used, found {sorted(names)}")
-        return _http_url(value.replace("{doc_type}", "x"), "dashboard_url_template") and value
+        return http_url(value.replace("{doc_type}", "x"), "dashboard_url_template") and value
 
     def channel_for(self, doc_type: str, severity: Severity) -> str:
         return (
@@ -490,7 +461,7 @@ class AlertingSection(Section):
 
     def token(self) -> SecretStr | None:
         """The silences API's token, from the value or the file."""
-        return _one_secret(
+        return one_secret(
             self.api_token, self.api_token_file, "api_token", "ANCHORWATCH_ALERTING__API_TOKEN"
         )
 

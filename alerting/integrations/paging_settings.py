@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from anchorwatch.alerting.render import Severity
+from anchorwatch.alerting.secret_fields import http_url, one_secret
 from anchorwatch.settings import Section
 
 #: Lowest first.
@@ -42,30 +42,6 @@ def _all() -> list[Severity]:
 
 
 PAGERDUTY_EVENTS_URL: Final = "https://events.pagerduty.com/v2/enqueue"
-
-
-def _secret(value: SecretStr | None, path: Path | None, name: str, env: str) -> SecretStr | None:
-    """The secret from the value or the file (read now, so a bad file fails at load)."""
-    if value is not None and path is not None:
-        raise ValueError(f"{name}_file: set {name} or {name}_file, not both")
-    if value is not None and not value.get_secret_value().strip():
-        raise ValueError(f"{name}: must not be empty (set {env})")
-    if path is None:
-        return value
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ValueError(f"{name}_file: cannot read {path}: {exc.strerror or exc}") from None
-    if not text:
-        raise ValueError(f"{name}_file: {path} is empty")
-    return SecretStr(text)
-
-
-def _http_url(value: str, name: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"{name}: must be an http(s) URL")  # the value may be a secret
-    return value
 
 
 def _routed_severities(value: list[Severity]) -> list[Severity]:
@@ -130,7 +106,7 @@ class PagerDutySection(Section):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        return _http_url(value, "url")
+        return http_url(value, "url", secret=True)
 
     @field_validator("severities")
     @classmethod
@@ -148,7 +124,7 @@ class PagerDutySection(Section):
         return self
 
     def key(self) -> SecretStr | None:
-        return _secret(
+        return one_secret(
             self.routing_key,
             self.routing_key_file,
             "routing_key",
@@ -190,7 +166,7 @@ class WebhookSection(Section):
     @field_validator("external_url", "runbook_url")
     @classmethod
     def _urls(cls, value: str | None) -> str | None:
-        return None if value is None else _http_url(value, "external_url/runbook_url")
+        return None if value is None else http_url(value, "external_url/runbook_url", secret=True)
 
     @field_validator("severities")
     @classmethod
@@ -207,15 +183,15 @@ class WebhookSection(Section):
                 "ANCHORWATCH_WEBHOOK__URL_FILE)"
             )
         if url is not None:
-            _http_url(url.get_secret_value(), "url")
+            http_url(url.get_secret_value(), "url", secret=True)
         return self
 
     def target(self) -> SecretStr | None:
         """The URL, from the value or the file."""
-        return _secret(self.url, self.url_file, "url", "ANCHORWATCH_WEBHOOK__URL")
+        return one_secret(self.url, self.url_file, "url", "ANCHORWATCH_WEBHOOK__URL")
 
     def token(self) -> SecretStr | None:
-        return _secret(
+        return one_secret(
             self.bearer_token,
             self.bearer_token_file,
             "bearer_token",

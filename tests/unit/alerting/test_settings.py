@@ -138,3 +138,12 @@ def test_every_setting_is_described() -> None:
     assert "ANCHORWATCH_ROUTING__DOC_TYPE_CHANNELS" in names
     for env, text in rows:
         assert not text.startswith(" ["), f"{env} has no description"
+
+
+def test_a_webhook_url_that_is_no_url_is_refused_without_showing_it() -> None:
+    with pytest.raises(SettingsError) as caught:
+        AlertingSettings.load(
+            slack={"mode": "webhook", "webhook_url": "ftp://hooks.x/T0/B0/s3cr3t"}
+        )
+    assert "webhook_url: must be an http(s) URL" in str(caught.value)
+    assert "s3cr3t" not in str(caught.value)
