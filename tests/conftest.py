@@ -28,7 +28,7 @@ _TEST_RUN_VARIABLES = ("ANCHORWATCH_TEST_", "ANCHORWATCH_SCREENSHOT_DIR", "ANCHO
 @pytest.fixture(autouse=True)
 def _no_settings_from_the_shell(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test starts from the documented defaults: ANCHORWATCH_* settings exported in a
-    developer's shell (the README's own `export` lines, a real Jira URL, ANCHORWATCH_CONFIG)
+    developer's shell (the docs' own `export` lines, a real Jira URL, ANCHORWATCH_CONFIG)
     must not reach the code under test or the processes a test starts."""
     for name in list(os.environ):
         if name.startswith("ANCHORWATCH_") and not name.startswith(_TEST_RUN_VARIABLES):

@@ -8,7 +8,7 @@ from anchorwatch.settings import ServiceSettings
 
 
 def all_settings() -> list[type[ServiceSettings]]:
-    """Every service's settings class (the README documents each of their fields)."""
+    """Every service's settings class (docs/settings.md documents each of their fields)."""
     from anchorwatch.alerting.settings import AlertingSettings
     from anchorwatch.connectors.settings import IngestSettings
     from anchorwatch.jobs.baseline_settings import BaselineSettings

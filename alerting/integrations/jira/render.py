@@ -44,6 +44,7 @@ SUMMARY_FIELDS = frozenset(
 )
 _LINE_BREAKS = re.compile(r"[\r\n\u0085\u2028\u2029]")
 
+#: The characters Jira's renderer lets a backslash escape (its BackslashEscapeRendererComponent
 #: and the Cloud converter use this set): each is written as ``\X``, so ``*bold*``, ``{macro}``,
 #: ``[link]``, ``[~mention]``, ``|table|``, ``!image!`` and ``(!)``-style icons cannot form.
 WIKI_ESCAPABLE = frozenset("-#*_+?^~|%{}[]()!@")
