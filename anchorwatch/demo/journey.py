@@ -22,9 +22,8 @@ and the figures with their checks (``journey_results``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -235,12 +234,3 @@ class Journey:
         self.services.stop()
         if not keep_topics:
             flow.delete_topics(self.job_settings)
-
-
-@contextlib.contextmanager
-def running(journey: Journey, *, keep: bool) -> Iterator[Journey]:
-    try:
-        yield journey
-    finally:
-        if not keep:
-            journey.stop()
