@@ -4,7 +4,8 @@ shift kept when an incident resolved "adapted"), and every ``refit_interval_s`` 
 consumer thread refits the types that gathered ``refit_min_windows`` new windows and
 publishes the baselines to the compacted topic, from which this service (and the drift
 job) read them back. The history is kept on disk (``refit_rows``); a first start reads it
-back from the verdicts topic.
+back from the verdicts topic. A pinned type (``[policy] pins``, or a pin on its baseline
+record: ``anchorwatch baseline pin``) is never refitted: counted and logged as ``pinned``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class RefitMetrics:
         self.refits = MetricCounter(
             "anchorwatch_alerting_baseline_refits_total",
             "Baseline refits, by outcome: published; skipped (too little history to replace "
-            "a fitted baseline); failed (Kafka did not take it; retried); dry_run.",
+            "a fitted baseline); pinned (the type's owner pinned it: never refitted); failed "
+            "(Kafka did not take it; retried); dry_run.",
             ["outcome"],
             registry=registry,
         )
@@ -44,7 +46,7 @@ class RefitMetrics:
             "When refitted baselines were last published (Unix time).",
             registry=registry,
         )
-        for outcome in ("published", "skipped", "failed", "dry_run"):
+        for outcome in ("published", "skipped", "pinned", "failed", "dry_run"):
             self.refits.labels(outcome)
 
 
@@ -94,8 +96,21 @@ class Refitter:
         now_ms = int(now * 1000)
         policy, dry_run = self._settings.policy, self._settings.alerting.dry_run
         fits: list[tuple[Baseline, Baseline | None, int]] = []
-        due = self._history.due(now_ms, self._engine.tracker.baseline, self.TYPES_PER_RUN)
+        tracker = self._engine.tracker
+        due = self._history.due(
+            now_ms,
+            tracker.baseline,
+            self.TYPES_PER_RUN,
+            pinned=lambda doc_type: tracker.pin(doc_type) is not None,
+        )
         for item in due:
+            if item.pinned:
+                # The owner's figures stand: not refitted, not due again for an interval.
+                self._history.fitted(
+                    item.doc_type, fitted_at_ms=now_ms, history_end_ms=item.history_end_ms
+                )
+                self._pinned(item.doc_type)
+                continue
             new = fit_baseline(
                 item.doc_type,
                 item.windows,
@@ -134,6 +149,21 @@ class Refitter:
             )
             self._log(new, old, "dry_run" if dry_run else "published")
         return [new for new, _, _ in fits]
+
+    def _pinned(self, doc_type: str) -> None:
+        pin = self._engine.tracker.pin(doc_type)
+        self._metrics.refits.labels("pinned").inc()
+        log.info(
+            "baseline not refitted: pinned",
+            extra={
+                "doc_type": doc_type,
+                "outcome": "pinned",
+                "source": pin.source if pin is not None else None,
+                "threshold": pin.threshold if pin is not None else None,
+                "min_requests": pin.min_requests if pin is not None else None,
+                "mute": pin.mute if pin is not None else None,
+            },
+        )
 
     def _log(self, new: Baseline, old: Baseline | None, outcome: str) -> None:
         self._metrics.refits.labels(outcome).inc()

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ from pyflink.table import (
 from anchorwatch.contracts import (
     DOC_TYPE_MAX_CHARS,
     IDENTIFIER_MAX_CHARS,
+    BaselinePin,
     ContractError,
     decode_baseline,
     encode,
@@ -412,6 +413,7 @@ def build(
         settings.policy.fallback,
         QualityLimits(o.quality_zero_anchor_share, o.quality_disabled_share,
                       o.quality_resample_share, o.quality_mean_kl_divergence),
+        settings.policy.settings_pins(),
     )  # fmt: skip
     baselines = t_env.to_data_stream(t_env.from_path(BASELINES))
     outputs = (
@@ -453,10 +455,17 @@ class JudgeWindows(KeyedCoProcessFunction):  # type: ignore[misc]
     late tally, flat-line state), which this adapter loads and stores around each call.
     Runs once per window, not per event."""
 
-    def __init__(self, job_version: str, static: StaticRule, quality: QualityLimits) -> None:
+    def __init__(
+        self,
+        job_version: str,
+        static: StaticRule,
+        quality: QualityLimits,
+        pins: Mapping[str, BaselinePin] | None = None,
+    ) -> None:
         self.job_version = job_version
         self.static = static
         self.quality = quality
+        self.pins = dict(pins or {})  # the pins in settings, by doc type
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.baseline = runtime_context.get_state(ValueStateDescriptor("baseline", Types.STRING()))
@@ -470,7 +479,7 @@ class JudgeWindows(KeyedCoProcessFunction):  # type: ignore[misc]
             late=self.late.value() or 0,
             flat=JudgeState.flat_from_json(self.flat.value()),
         )
-        return DocTypeJudge(self.job_version, self.static, self.quality, state)
+        return DocTypeJudge(self.job_version, self.static, self.quality, state, self.pins)
 
     def process_element1(self, row: Row, ctx: KeyedCoProcessFunction.Context) -> Iterator[Row]:
         figures = dict(zip(WINDOW_FIELDS, row, strict=True))

@@ -5,7 +5,8 @@ with an older ``fitted_at_ms`` never replaces a newer one: compaction and replay
 them out of order), the late events not yet reported, and the ``FlatLine`` state that lets a
 flat line show on windows carrying only count and mean. ``DocTypeJudge`` holds them as plain
 values (``JudgeState``, which the Flink function stores in its keyed state) and turns each
-closed window into a verdict with ``anchorwatch.policy.window.judge_window``.
+closed window into a verdict with ``anchorwatch.policy.window.judge_window``, with the type's
+pin in the policy's settings if it has one (a pin on the baseline record comes with it).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from anchorwatch.contracts import ContractError, Verdict, WindowAggregate, decode_baseline
-from anchorwatch.contracts.models import Baseline
+from anchorwatch.contracts.models import Baseline, BaselinePin
 from anchorwatch.policy.window import (
     FlatLine,
     QualityLimits,
@@ -59,11 +60,14 @@ class DocTypeJudge:
         static: StaticRule,
         quality: QualityLimits,
         state: JudgeState | None = None,
+        pins: Mapping[str, BaselinePin] | None = None,
     ) -> None:
+        """``pins``: the pins in the policy's settings, by doc type."""
         self.job_version = job_version
         self.static = static
         self.quality = quality
         self.state = state if state is not None else JudgeState()
+        self.pins = pins or {}
         self._decoded: tuple[str, Baseline] | None = None  # the record last decoded
 
     def add_baseline(self, raw: str) -> Baseline:
@@ -103,6 +107,11 @@ class DocTypeJudge:
         self.state.late = 0
         self.state.flat = self.state.flat.after(window)
         judgement = judge_window(
-            window, self.baseline(), self.static, self.quality, flat=self.state.flat
+            window,
+            self.baseline(),
+            self.static,
+            self.quality,
+            flat=self.state.flat,
+            pin=self.pins.get(window.doc_type),
         )
         return verdict_for(window, judgement, self.job_version)

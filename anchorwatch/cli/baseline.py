@@ -1,6 +1,7 @@
-"""`anchorwatch baseline fit | show | backtest`: entry points only; the work is in
+"""`anchorwatch baseline fit | show | pin | backtest`: entry points only; the work is in
 anchorwatch.policy.fitting, anchorwatch.backtest, anchorwatch.history (the files) and
-anchorwatch.jobs.baseline_fit (the Flink batch job and the topics)."""
+anchorwatch.jobs.baseline_fit (the Flink batch job and the topics); `pin` and what the others
+say of pins are in anchorwatch.cli.baseline_pin."""
 
 from __future__ import annotations
 
@@ -8,15 +9,23 @@ import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
 
+from anchorwatch.cli.baseline_pin import (
+    current_baselines,
+    effective_figures,
+    pin_cmd,
+    pin_lines,
+    pin_mark,
+    split_pinned,
+)
 from anchorwatch.cli.common import load_settings, open_out, out_option, progress, utc_minute
-from anchorwatch.contracts import Baseline, WindowAggregate
+from anchorwatch.contracts import Baseline, BaselinePin, WindowAggregate
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.history import parse_time_ms
 
@@ -43,22 +52,28 @@ def _time(value: str | None, option: str) -> int | None:
         raise click.BadParameter(str(exc), param_hint=option) from None
 
 
-def baseline_table(baselines: Iterable[Baseline]) -> str:
-    """One line per doc type: what it is compared with and what that rests on."""
+def baseline_table(
+    baselines: Iterable[Baseline], settings_pins: Mapping[str, BaselinePin] | None = None
+) -> str:
+    """One line per doc type: what it is compared with (its pin applied: ``settings_pins``
+    win over the records' own) and what that rests on."""
+    pins = settings_pins or {}
     head = (
         f"{'doc type':<28} {'status':<12} {'windows':>7} {'center':>7} {'spread':>7} "
         f"{'threshold':>9} {'critical':>8} {'min n':>5} {'typical n':>9} {'hourly':>6} "
-        f"{'pages/week':>10}  {'fitted at':<17} version"
+        f"{'pages/week':>10} {'pinned':<8}  {'fitted at':<17} version"
     )
     lines = [head]
     for b in sorted(baselines, key=lambda b: b.doc_type):
         status = "fitted" if b.status == "fitted" else "too little"
         name = b.doc_type if len(b.doc_type) <= 28 else b.doc_type[:27] + "~"
+        threshold, critical, min_n = effective_figures(b, pins.get(b.doc_type) or b.pin)
         lines.append(
             f"{name:<28} {status:<12} {b.window_count:>7} {b.center:>7.3f} {b.spread:>7.4f} "
-            f"{b.threshold:>9.3f} {b.critical_threshold:>8.3f} {b.min_requests:>5} "
+            f"{threshold:>9.3f} {critical:>8.3f} {min_n:>5} "
             f"{b.typical_request_count:>9.1f} {'yes' if b.hourly_center else 'no':>6} "
-            f"{_pages(b):>10}  {utc_minute(b.fitted_at_ms):<17} {b.version}"
+            f"{_pages(b):>10} {pin_mark(b, pins):<8}  {utc_minute(b.fitted_at_ms):<17} "
+            f"{b.version}"
         )
     return "\n".join(lines)
 
@@ -135,6 +150,11 @@ def baseline() -> None:
     show_default=True,
     help="Write the baselines to the compacted baselines topic.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also replace pinned baselines (their pins are gone); without it they are kept.",
+)
 @click.option("--window-size-s", type=int, help="Window size. [default: the job's, 60]")
 @click.option("--parallelism", type=int, help="Flink parallelism. [default: the job's, 1]")
 @click.pass_context
@@ -148,6 +168,7 @@ def fit_cmd(
     from_topic: str,
     out: Path | None,
     publish: bool,
+    force: bool,
     **job: Any,
 ) -> None:
     """Fit one baseline per doc type on a chosen history and publish it.
@@ -155,7 +176,8 @@ def fit_cmd(
     Per type: median and robust spread of the one-minute window means, high quantiles,
     typical request count, an hourly profile when the history allows, and the thresholds
     and minimum sample size every consumer compares windows with. Types with too little
-    history are marked so and keep the static rule."""
+    history are marked so and keep the static rule. A type whose baseline on the topic is
+    pinned (`baseline pin`) keeps it unless --force."""
     from anchorwatch.baseline_publish import publish_baselines
     from anchorwatch.history import read_windows, write_baselines
     from anchorwatch.jobs import baseline_fit
@@ -223,13 +245,23 @@ def fit_cmd(
         write_baselines(out, baselines)
         click.echo(f"wrote {len(baselines)} baselines to {out}", err=True)
     if publish:
+        topic = settings.topics.baselines
+        kept, pinned = split_pinned(baselines, current_baselines(settings.kafka, topic))
         n = publish_baselines(
             settings.kafka,
-            settings.topics.baselines,
-            baselines,
+            topic,
+            baselines if force else kept,
             timeout_s=settings.baseline.publish_timeout_s,
         )
-        click.echo(f"published {n} baselines to {settings.topics.baselines}", err=True)
+        click.echo(f"published {n} baselines to {topic}", err=True)
+        if pinned:
+            what = (
+                f"replaced {len(pinned)} pinned baselines, their pins are gone (--force)"
+                if force
+                else f"kept {len(pinned)} pinned baselines, not published (--force replaces "
+                "them and their pins)"
+            )
+            click.echo(f"{what}: {', '.join(pinned)}", err=True)
     fitted = sum(1 for b in baselines if b.status == "fitted")
     log.info(
         "baselines fitted",
@@ -254,22 +286,23 @@ def fit_cmd(
 def show_cmd(
     ctx: click.Context, doc_type: str | None, from_file: Path | None, as_json: bool
 ) -> None:
-    """Print the current baselines (all, or DOC_TYPE's) from the compacted baselines topic.
-    Exit 1 when there is none to show."""
+    """Print the current baselines (all, or DOC_TYPE's) from the compacted baselines topic,
+    pinned ones marked, with what is pinned, by whom, when and why. Exit 1 when there is
+    none to show."""
     from anchorwatch.contracts import encode
     from anchorwatch.history import read_baselines as read_file
 
+    settings = _settings(ctx)
     if from_file is not None:
         current = read_file(from_file)
         where = str(from_file)
     else:
-        from anchorwatch.jobs.baseline_fit import read_baselines
-
-        settings = _settings(ctx)
-        current = read_baselines(settings.kafka, settings.topics.baselines)
+        current = current_baselines(settings.kafka, settings.topics.baselines)
         where = settings.topics.baselines
     chosen = [b for t, b in current.items() if doc_type is None or t == doc_type]
-    if not chosen:
+    pins = settings.policy.settings_pins()
+    pinned = pin_lines(chosen, pins, doc_type)
+    if not chosen and not (pinned and not as_json):
         what = f"for doc type {doc_type!r}" if doc_type else ""
         click.echo(f"no baseline {what} in {where}".replace("  ", " "), err=True)
         ctx.exit(1)
@@ -277,15 +310,21 @@ def show_cmd(
         for b in sorted(chosen, key=lambda b: b.doc_type):
             click.echo(encode(b).decode())
         return
-    click.echo(baseline_table(chosen))
-    if doc_type is not None:
+    if chosen:
+        click.echo(baseline_table(chosen, pins))
+    for line in pinned:
+        click.echo(line)
+    if doc_type is not None and chosen:
         for line in baseline_details(chosen[0]):
             click.echo(line)
-    if doc_type is not None and chosen[0].hourly_center:
+    if doc_type is not None and chosen and chosen[0].hourly_center:
         hourly = chosen[0].hourly_center
         click.echo(
             "hourly center (UTC): " + " ".join(f"{h:02d}h={c:.3f}" for h, c in enumerate(hourly))
         )
+
+
+baseline.add_command(pin_cmd)
 
 
 # --------------------------------------------------------------------------- backtest

@@ -225,6 +225,63 @@ class Verdict(_Contract):
 
 
 BaselineStatus = Literal["fitted", "insufficient_history"]
+PinSource = Literal["command", "settings"]
+#: The longest reason a pin carries, in characters.
+PIN_REASON_MAX_CHARS: Final = 1000
+_PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+
+
+def pin_problem(
+    threshold: float | None, critical_threshold: float | None, min_requests: int | None, mute: bool
+) -> str | None:
+    """What is wrong with a pin's figures together, as ``field: reason``, or a reason about
+    the whole pin (None: nothing). The bounds of each figure are the fields' own."""
+    if critical_threshold is not None and threshold is None:
+        return "critical_threshold: pinned only together with a threshold"
+    if threshold is None and min_requests is None and not mute:
+        return "nothing to pin (give a threshold, min_requests or mute)"
+    if critical_threshold is not None and threshold is not None and critical_threshold < threshold:
+        return "critical_threshold: must not be below threshold"
+    return None
+
+
+class BaselinePin(_Contract):
+    """An owner's decision for one doc type, which no refit overwrites: a fixed threshold,
+    a minimum volume, or mute (see docs/detection.md, "Pinned overrides")."""
+
+    threshold: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="A fixed warning threshold: the type is judged by it alone (no hourly "
+        "profile, pooled evidence or adaptation).",
+    )
+    critical_threshold: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="A fixed critical threshold. Absent: as far above threshold as the "
+        "type's critical threshold was above its warning threshold.",
+    )
+    min_requests: int | None = Field(
+        default=None, ge=1, description="Windows with fewer requests do not count."
+    )
+    mute: bool = Field(
+        default=False, description="Judged, but never opens an incident (no page, no ticket)."
+    )
+    source: PinSource = Field(default="command", description="command or settings.")
+    author: str | None = Field(default=None, max_length=200, pattern=_PRINTABLE)
+    reason: str | None = Field(default=None, max_length=PIN_REASON_MAX_CHARS, pattern=_PRINTABLE)
+    pinned_at_ms: EpochMillis | None = None
+
+    @model_validator(mode="after")
+    def _something_pinned(self) -> BaselinePin:
+        problem = pin_problem(self.threshold, self.critical_threshold, self.min_requests, self.mute)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
 
 class Baseline(_Contract):
@@ -303,6 +360,11 @@ class Baseline(_Contract):
         max_length=200,
         description="How the threshold was chosen (the spread, or raised to keep the "
         "replay within the page budget).",
+    )
+    pin: BaselinePin | None = Field(
+        default=None,
+        description="An owner's pin: its figures win over the fitted ones above, which stay "
+        "as the fit gave them; refits leave a pinned type alone. Absent: not pinned.",
     )
 
     @model_validator(mode="after")

@@ -6,7 +6,9 @@ or ``ANCHORWATCH_POLICY__<FIELD>`` variables tune them all at once. Validated at
 errors that name the field (``rules[1].open_after: ...``).
 
 The threshold figures themselves are not configured per type: the fit derives them from each
-type's own spread with the sensitivities below and stores them in the baseline record.
+type's own spread with the sensitivities below and stores them in the baseline record. An
+owner may pin a type's figures instead (``pins``, or ``anchorwatch baseline pin``): a pin
+wins over the fitted figures wherever a window is judged, and no refit overwrites it.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, Self
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
+from anchorwatch.contracts import Baseline, BaselinePin
+from anchorwatch.contracts.models import PIN_REASON_MAX_CHARS, DocType, pin_problem
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.policy.window import StaticRule
 from anchorwatch.settings import Section
@@ -26,6 +30,110 @@ Comparison = Literal["baseline", "static"]
 
 class PolicyConfigError(AnchorwatchError, ValueError):
     """A policy configuration that cannot be used; the message names every bad field."""
+
+
+class PinError(AnchorwatchError, ValueError):
+    """A pin that cannot be made; the message names the field and says why."""
+
+
+class PinConfig(Section):
+    """An owner's decision for one doc type, which no refit overwrites (``[policy.pins]``)."""
+
+    threshold: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="A fixed warning threshold: the type is judged by it alone, like a static "
+        "rule (no hourly profile, pooled evidence or adaptation).",
+    )
+    critical_threshold: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description="A fixed critical threshold (with threshold). Unset: as far above "
+        "threshold as the type's critical threshold was above its warning threshold.",
+    )
+    min_requests: int | None = Field(
+        None,
+        ge=1,
+        description="Windows with fewer requests do not count: not judged alone, not pooled.",
+    )
+    mute: bool = Field(False, description="Judged, but never opens an incident.")
+    reason: str | None = Field(
+        None,
+        max_length=PIN_REASON_MAX_CHARS,
+        pattern=r"^[^\x00-\x1f\x7f]*$",
+        description="Why: shown by `anchorwatch baseline show` and in the verdicts' reasons.",
+    )
+
+    @model_validator(mode="after")
+    def _something_pinned(self) -> Self:
+        problem = pin_problem(self.threshold, self.critical_threshold, self.min_requests, self.mute)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    def pin(self) -> BaselinePin:
+        """The pin as the judges read it."""
+        return BaselinePin(
+            threshold=self.threshold,
+            critical_threshold=self.critical_threshold,
+            min_requests=self.min_requests,
+            mute=self.mute,
+            source="settings",
+            reason=self.reason,
+        )
+
+
+_DOC_TYPE: TypeAdapter[str] = TypeAdapter(DocType)
+
+
+def pin_doc_type(text: str) -> str:
+    """``text`` as the contracts hold a doc type (NFC); ``PinError`` says why it is none."""
+    try:
+        return _DOC_TYPE.validate_python(text)
+    except ValidationError as exc:
+        raise PinError(f"doc_type: {exc.errors()[0]['msg']}") from None
+
+
+def new_pin(
+    *,
+    doc_type: str,
+    threshold: float | None,
+    critical_threshold: float | None,
+    min_requests: int | None,
+    mute: bool,
+    reason: str | None,
+    author: str | None,
+    now_ms: int,
+) -> tuple[str, BaselinePin]:
+    """The doc type (as the contracts hold it) and a pin made by a person now; ``PinError``
+    names the first field that is wrong."""
+    doc_type = pin_doc_type(doc_type)
+    for name, value in (("threshold", threshold), ("critical_threshold", critical_threshold)):
+        if value is not None and not 0.0 < value <= 1.0:
+            raise PinError(f"{name}: must be above 0 and at most 1, got {value}")
+    if min_requests is not None and min_requests < 1:
+        raise PinError(f"min_requests: must be at least 1, got {min_requests}")
+    problem = pin_problem(threshold, critical_threshold, min_requests, mute)
+    if problem is not None:
+        raise PinError(problem)
+    try:
+        pin = BaselinePin(
+            threshold=threshold,
+            critical_threshold=critical_threshold,
+            min_requests=min_requests,
+            mute=mute,
+            source="command",
+            author=(author or "").strip() or None,
+            reason=(reason or "").strip() or None,
+            pinned_at_ms=now_ms,
+        )
+    except ValidationError as exc:
+        err = exc.errors(include_url=False, include_input=False)[0]
+        field = ".".join(str(part) for part in err["loc"]) or "pin"
+        raise PinError(f"{field}: {err['msg']}") from None
+    return doc_type, pin
 
 
 class StaticRuleConfig(Section):
@@ -291,6 +399,32 @@ class PolicyConfig(Section):
         min_length=1,
         description="Detection rules (JSON list in the environment, [[policy.rules]] in TOML).",
     )
+    pins: dict[str, PinConfig] = Field(
+        default_factory=dict,
+        description='Pinned overrides by doc type ([policy.pins."<doc type>"] in TOML): '
+        "threshold, critical_threshold, min_requests, mute, reason (see docs/detection.md, "
+        '"Pinned overrides"). They win over any baseline; no refit touches a pinned type.',
+    )
+
+    @field_validator("pins", mode="before")
+    @classmethod
+    def _pinned_doc_types(cls, pins: Any) -> Any:
+        # Doc types are untrusted text: each key must be one the contracts accept (named
+        # escaped, before its table is read), and two keys must not be one type.
+        if not isinstance(pins, Mapping):
+            return pins
+        out: dict[str, Any] = {}
+        for key, pin in pins.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{key!r}: a doc type is text")
+            try:
+                doc_type = _DOC_TYPE.validate_python(key)
+            except ValidationError as exc:
+                raise ValueError(f"{key!r}: not a doc type: {exc.errors()[0]['msg']}") from None
+            if doc_type in out:
+                raise ValueError(f"{key!r}: the same doc type as another key (NFC)")
+            out[doc_type] = pin
+        return out
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -302,6 +436,21 @@ class PolicyConfig(Section):
         if len(set(names)) != len(names):
             raise ValueError(f"rules: names must be unique, got {names}")
         return self
+
+    def settings_pins(self) -> dict[str, BaselinePin]:
+        """The pins in settings, by doc type, as the judges read them."""
+        return {doc_type: pin.pin() for doc_type, pin in self.pins.items()}
+
+    def pin_of(self, doc_type: str, baseline: Baseline | None) -> BaselinePin | None:
+        """The pin that holds for ``doc_type``: its settings pin, else its baseline's."""
+        pinned = self.pins.get(doc_type)
+        if pinned is not None:
+            return pinned.pin()
+        return baseline.pin if baseline is not None else None
+
+    def without_pins(self) -> PolicyConfig:
+        """This policy as a fit replays it: the history judged by the fitted figures."""
+        return self.model_copy(update={"pins": {}}) if self.pins else self
 
     def rule(self, name: str) -> RuleConfig:
         for r in self.rules:
@@ -337,5 +486,6 @@ def describe_errors(exc: ValidationError, root: str) -> str:
         if msg.startswith("Value error, ") and ": " in msg:
             field, _, msg = msg.removeprefix("Value error, ").partition(": ")
             path += f".{field}"
+        msg = msg.removeprefix("Value error, ")  # about the whole table
         lines.append(f"  {path}: {msg}")
     return "\n".join(lines)

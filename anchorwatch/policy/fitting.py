@@ -27,6 +27,10 @@ For each type, over its windows (request count n_i, mean drift m_i):
 
 Types with fewer than ``min_windows`` windows are marked ``insufficient_history`` and carry
 the static rule's figures, which is what ``judge_window`` applies to them.
+
+A fit knows nothing of pins: it replays the history by the fitted figures (the policy
+``without_pins``). ``pinned_baseline`` and ``unpinned_baseline`` make the records that pin a
+type and let it go again (``anchorwatch baseline pin``).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from anchorwatch.contracts import Baseline, WindowAggregate
+from anchorwatch.contracts import Baseline, BaselinePin, WindowAggregate
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.incident_types import final_incidents
 from anchorwatch.policy.incidents import IncidentTracker
@@ -126,7 +130,7 @@ def excursions(
     if not ws:
         return []
     # Each excursion on its own: a storm's one long incident would swallow the history.
-    singly = policy.model_copy(
+    singly = policy.without_pins().model_copy(
         update={"rules": tuple(r.model_copy(update={"storm_after": 0}) for r in policy.rules)}
     )
     changes = IncidentTracker(singly, {doc_type: baseline}).replay(ws)
@@ -245,7 +249,7 @@ def _replayed_pages(
 ) -> int:
     """Pages (incidents opened, re-opened or escalated) the policy raises on ``ws`` against
     ``baseline``, outside ``spans``."""
-    changes = IncidentTracker(policy, {baseline.doc_type: baseline}).replay(ws)
+    changes = IncidentTracker(policy.without_pins(), {baseline.doc_type: baseline}).replay(ws)
     return sum(
         1
         for c in changes
@@ -384,6 +388,42 @@ def _fit_once(
         extreme_threshold=extreme,
     )
     return FitResult(baseline, tuple(notes))
+
+
+def pinned_baseline(
+    held: Baseline | None, doc_type: str, pin: BaselinePin, policy: PolicyConfig, *, now_ms: int
+) -> Baseline:
+    """The record that pins ``doc_type``: the baseline it holds, fitted figures kept as the
+    fit gave them, with ``pin``, dated now so that every reader takes it over the one it
+    holds; for a type without one, a record of no history, carrying the static rule."""
+    if held is None:
+        held = fit_baseline(
+            doc_type,
+            [],
+            policy,
+            fitted_at_ms=now_ms,
+            history_start_ms=now_ms,
+            history_end_ms=now_ms,
+        ).baseline
+    return _redated(held, pin, now_ms, "p1")
+
+
+def unpinned_baseline(held: Baseline, *, now_ms: int) -> Baseline:
+    """``held`` without its pin, dated now: the type is judged by its fitted figures again
+    (the next refit follows ``refit_interval_s`` later)."""
+    return _redated(held, None, now_ms, "u1")
+
+
+def _redated(held: Baseline, pin: BaselinePin | None, now_ms: int, prefix: str) -> Baseline:
+    mark = pin.model_dump_json() if pin is not None else ""
+    digest = hashlib.sha256(f"{held.version}\x1f{now_ms}\x1f{mark}".encode())
+    return held.model_copy(
+        update={
+            "pin": pin,
+            "fitted_at_ms": max(now_ms, held.fitted_at_ms),
+            "version": f"{prefix}-{digest.hexdigest()[:20]}",
+        }
+    )
 
 
 def fit_baselines(

@@ -26,6 +26,12 @@ a flapping type keeps one ticket. Severity only goes up while open (``updated``)
 A level shift that persists is accepted as the new normal (``_adapt``, resolution
 "adapted"), and given up again, silently, once the type is back down (``_settle``).
 
+An owner's pin (``pin``: in the policy's settings, else on the type's baseline record) wins:
+a pinned threshold judges the type's baseline rules by fixed figures, like a static rule
+(no pooled evidence, step-ups, spike record or adaptation); a pinned minimum volume leaves
+smaller windows out of the pooled evidence too; a muted type is judged but never opens an
+incident (under any rule; one already open runs its course).
+
 This module holds the state machine; what it consults lives below it. Pooling (the evidence
 of sparse types: a one-sided CUSUM over the type's standardised window means, discounted on
 correlated windows and capped) and the step up from a held level are in ``evidence``; the
@@ -45,7 +51,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from anchorwatch.contracts import Baseline, Reason, WindowAggregate
+from anchorwatch.contracts import Baseline, BaselinePin, Reason, WindowAggregate
 from anchorwatch.contracts.models import Severity, Verdict
 from anchorwatch.policy.adaptation import plateau, shifted
 from anchorwatch.policy.config import PolicyConfig, RuleConfig
@@ -95,6 +101,7 @@ class IncidentTracker:
         # The latest baseline given for each type (fitted, published): the one an adapted
         # type returns to when its shift is over.
         self._fitted: dict[str, Baseline] = dict(self._baselines)
+        self._pins = policy.settings_pins()
         if state is not None:
             self._restore(state)
 
@@ -116,6 +123,14 @@ class IncidentTracker:
 
     def baseline(self, doc_type: str) -> Baseline | None:
         return self._baselines.get(doc_type)
+
+    def pin(self, doc_type: str) -> BaselinePin | None:
+        """The pin that holds for ``doc_type``: its settings pin, else its baseline's."""
+        pin = self._pins.get(doc_type)
+        if pin is not None:
+            return pin
+        held = self._baselines.get(doc_type)
+        return held.pin if held is not None else None
 
     def observe(
         self, window: WindowAggregate, judgement: Judgement | None = None
@@ -223,13 +238,22 @@ class IncidentTracker:
     ) -> Slot:
         start, end = window.window_start_ms, window.window_end_ms
         baseline = None
+        small = False  # below a pinned minimum volume: no evidence of any kind
         if rule.compare == "baseline":
             stored = self._baselines.get(window.doc_type)
-            if stored is not None and stored.status == "fitted":
+            pin = self.pin(window.doc_type)
+            fixed = pin is not None and pin.threshold is not None
+            if stored is not None and stored.status == "fitted" and not fixed:
                 baseline = baseline_at(stored, start)
             # The job judged against the published baseline; a type whose level this
-            # tracker accepted as the new normal is judged here, with the same pure rule.
-            if judgement is None or window.doc_type in self._adapted:
+            # tracker accepted as the new normal is judged here, with the same pure rule,
+            # and so is a pinned one unless the job judged it by the same pin.
+            if pin is not None and (fixed or pin.min_requests is not None):
+                mine = judge_window(window, stored, self._static[rule.name], pin=pin)
+                if judgement is None or _figures(judgement) != _figures(mine):
+                    judgement = mine
+                small = window.request_count < judgement.min_requests
+            elif judgement is None or window.doc_type in self._adapted:
                 judgement = judge_window(window, baseline, self._static[rule.name])
         else:
             judgement = judge_window(window, None, self._static[rule.name])
@@ -247,7 +271,7 @@ class IncidentTracker:
         pooled_breach = pooled_clean = pooled = False
         give_back(st, conclusive or level != "none", mean <= judgement.threshold)
         cusum_before = st.cusum
-        if rule.pooling and baseline is not None and window.request_count > 0:
+        if rule.pooling and baseline is not None and window.request_count > 0 and not small:
             pooled = True
             pooled_breach = pool_window(self.policy, st, baseline, window, judgement, conclusive)
             # A small window that itself looks high is no evidence of recovery.
@@ -344,6 +368,8 @@ class IncidentTracker:
             # spiky type's single windows above the threshold are ordinary, a record is not.
             record_broken = isinstance(spike, Reason) and spike.code == RECORD
             opens = breach and (by_run or slot.beyond_history or slot.pooled or record_broken)
+            if opens and self._muted(doc_type):
+                return []  # pinned mute: judged, never opened
             if not opens:
                 spike = None
             if spike == USUAL_SPIKE:
@@ -484,11 +510,13 @@ class IncidentTracker:
         The type's baseline moves by the shift, margins kept; the incident resolves as
         'adapted'. Only windows of the incident count, so a shift is announced once."""
         stored = self._baselines.get(doc_type)
+        pin = self.pin(doc_type)
         if (
             rule.compare != "baseline"
             or stored is None
             or stored.status != "fitted"
             or len(st.recent) < rule.adapt_after
+            or (pin is not None and pin.threshold is not None)  # an owner's fixed threshold
         ):
             return None
         now = baseline_at(stored, slot.start_ms)
@@ -546,6 +574,14 @@ class IncidentTracker:
         # type came back must not re-open it on the first window above the center.
         st.cusum = 0.0
         return IncidentChange("resolved", incident, slot.start_ms, slot.window, slot.judgement)
+
+    def _muted(self, doc_type: str) -> bool:
+        pin = self.pin(doc_type)
+        return pin is not None and pin.mute
+
+
+def _figures(j: Judgement) -> tuple[float, float, int, str]:
+    return j.threshold, j.critical_threshold, j.min_requests, j.breach_level
 
 
 def _max_severity(a: Severity, b: Severity) -> Severity:

@@ -15,6 +15,11 @@ A type is due when ``interval_ms`` of wall time has passed since its baseline wa
 (the baseline it holds, or the last fit made here, whichever is later) and at least
 ``min_new_windows`` usable windows ended after that baseline's history. A type with no
 baseline at all is due once it has ``min_new_windows`` usable windows.
+
+A pinned type (its owner's figures, in settings or on its baseline record) is never refitted:
+when it would be due, it comes out marked ``pinned``, with no windows, for the caller to
+count and to mark as handled (``fitted``) so that it is not due again until the interval has
+passed.
 """
 
 from __future__ import annotations
@@ -121,6 +126,7 @@ class FitInput:
     windows: list[WindowAggregate]
     history_start_ms: int
     history_end_ms: int
+    pinned: bool = False  # pinned: not to be refitted (no windows gathered)
 
 
 @dataclass
@@ -227,15 +233,24 @@ class RefitHistory:
         ]
 
     def due(
-        self, now_ms: int, held: Callable[[str], Baseline | None], limit: int | None = None
+        self,
+        now_ms: int,
+        held: Callable[[str], Baseline | None],
+        limit: int | None = None,
+        pinned: Callable[[str], bool] | None = None,
     ) -> list[FitInput]:
         """The types due for a refit at ``now_ms`` with what each would be fitted on (at most
-        ``limit``, longest unfitted first). ``held``: the baseline a type is judged by now."""
+        ``limit``, longest unfitted first). ``held``: the baseline a type is judged by now;
+        ``pinned``: whether a type is pinned (default: its baseline carries a pin). Pinned
+        types that would be due come out marked so, without windows, beyond ``limit``."""
         out: list[FitInput] = []
+        fits = 0
+        is_pinned = pinned or (lambda t: (b := held(t)) is not None and b.pin is not None)
         order = sorted(self._types, key=lambda t: (self._last_fit(t, held), t))
         for doc_type in order:
-            if limit is not None and len(out) >= limit:
-                break
+            pinned_type = is_pinned(doc_type)
+            if limit is not None and fits >= limit and not pinned_type:
+                continue
             h = self._types[doc_type]
             baseline = held(doc_type)
             last_fit, fitted_until = h.fitted_at_ms, h.fitted_until_ms
@@ -246,6 +261,10 @@ class RefitHistory:
             new = len(self._usable_rows(doc_type, h, ended_after_ms=fitted_until))
             if new < self.schedule.min_new_windows:
                 continue
+            if pinned_type:
+                out.append(FitInput(doc_type, [], h.latest_end_ms, h.latest_end_ms, pinned=True))
+                continue
+            fits += 1
             windows = self.usable(doc_type)
             out.append(
                 FitInput(

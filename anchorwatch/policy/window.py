@@ -3,7 +3,10 @@
 A window is compared with its doc type's baseline when that baseline was fitted on enough
 history, otherwise with the static rule (by default the source's `avg > 0.85 and count > 5`).
 The figures it compares with (threshold, critical threshold, minimum sample size) come from
-the baseline record itself, so every consumer compares against the same numbers.
+the baseline record itself, so every consumer compares against the same numbers. An owner's
+pin (in settings, or on the record) wins over them: a pinned threshold judges the type by
+fixed figures like a static rule (``pinned_rule``), a pinned minimum volume leaves smaller
+windows unjudged.
 
 Pure: no I/O, no clock.
 """
@@ -15,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from anchorwatch.contracts import Baseline, Reason, Verdict, WindowAggregate, verdict_id
-from anchorwatch.contracts.models import BreachLevel, RuleKind
+from anchorwatch.contracts.models import BaselinePin, BreachLevel, RuleKind
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
@@ -133,26 +136,72 @@ def baseline_at(baseline: Baseline, window_start_ms: int) -> Baseline:
     )
 
 
+def pinned_rule(
+    pin: BaselinePin | None, baseline: Baseline | None, static: StaticRule
+) -> StaticRule | None:
+    """The fixed figures of a pinned threshold (None: no threshold pinned): the pin's
+    threshold; its critical threshold, or one as far above it as the type's critical
+    threshold was above its warning threshold (the baseline's, else the static rule's), at
+    most 1; its minimum volume, else the baseline's (the static rule's)."""
+    if pin is None or pin.threshold is None:
+        return None
+    held: Baseline | StaticRule = baseline if baseline is not None else static
+    critical = pin.critical_threshold
+    if critical is None:
+        critical = min(1.0, pin.threshold + max(held.critical_threshold - held.threshold, 0.0))
+    return StaticRule(
+        pin.threshold, max(critical, pin.threshold), pin.min_requests or held.min_requests
+    )
+
+
+def pin_words(pin: BaselinePin) -> str:
+    """Who pinned, or where: 'by ana: vendor runs high', 'in settings'."""
+    who = "in settings" if pin.source == "settings" else f"by {pin.author or 'someone'}"
+    return who + (f": {pin.reason}" if pin.reason else "")
+
+
 def judge_window(
     window: WindowAggregate,
     baseline: Baseline | None,
     static: StaticRule = StaticRule(),
     quality: QualityLimits = QualityLimits(),
     flat: FlatLine | None = None,
+    pin: BaselinePin | None = None,
 ) -> Judgement:
     """``flat``: the type's ``FlatLine`` state including this window, from a judge that
     keeps state between windows (the drift job's); a flat line is then diagnosed on windows
-    that carry no standard deviation too."""
+    that carry no standard deviation too. ``pin``: the type's pin in settings, which wins
+    over the baseline's own (``baseline.pin``)."""
     reasons: list[Reason] = []
-    if baseline is not None and baseline.status == "fitted":
-        baseline = baseline_at(baseline, window.window_start_ms)
-        rule: RuleKind = "baseline"
+    if pin is None and baseline is not None:
+        pin = baseline.pin
+    fixed = pinned_rule(pin, baseline, static)
+    pinned_min = pin.min_requests if pin is not None else None
+    fitted = baseline is not None and baseline.status == "fitted"
+    # The fitted baseline at this window: what the drop diagnoses compare with.
+    against = baseline_at(baseline, window.window_start_ms) if baseline and fitted else None
+    rule: RuleKind
+    if fixed is not None and pin is not None:
+        # An owner's threshold: fixed figures, judged as a static rule is.
+        rule, version = "static", baseline.version if baseline is not None else None
+        threshold, critical = fixed.threshold, fixed.critical_threshold
+        min_requests = fixed.min_requests
+        reasons.append(
+            Reason(
+                code=PINNED,
+                message=f"threshold pinned at {threshold:.3f} (critical {critical:.3f}, "
+                f"at least {min_requests} requests) {pin_words(pin)}",
+            )
+        )
+    elif against is not None:
+        baseline = against
+        rule = "baseline"
         threshold, critical = baseline.threshold, baseline.critical_threshold
-        min_requests, version = baseline.min_requests, baseline.version
+        min_requests, version = pinned_min or baseline.min_requests, baseline.version
     else:
         rule, version = "static", None
         threshold, critical = static.threshold, static.critical_threshold
-        min_requests = static.min_requests
+        min_requests = pinned_min or static.min_requests
         why = "no baseline yet" if baseline is None else "baseline has too little history"
         reasons.append(Reason(code="static_rule", message=f"{why}: static rule applies"))
 
@@ -164,6 +213,7 @@ def judge_window(
     # lower one ignores, and raising a sensitivity must never add alerts.
     significant = (
         rule == "baseline"
+        and pinned_min is None  # a pinned minimum volume: smaller windows do not count
         and baseline is not None
         and n > 0
         and mean - baseline.center
@@ -205,13 +255,15 @@ def judge_window(
             )
         )
     reasons.extend(diagnose(window, quality))
-    if rule == "baseline" and baseline is not None:
-        reasons.extend(diagnose_against(window, baseline))
+    if against is not None:
+        reasons.extend(diagnose_against(window, against))
     if flat is not None and flat.flat and all(r.code != FLAT_LINE for r in reasons):
         reasons.append(flat.reason())
     return Judgement(rule, threshold, critical, min_requests, level, version, reasons)
 
 
+#: The reason code of a window judged by an owner's pinned threshold.
+PINNED = "pinned"
 #: The reason code of a window beyond anything its type's history showed (see the fit):
 #: it opens a critical incident on its own.
 BEYOND_HISTORY = "beyond_history"

@@ -1,9 +1,10 @@
 """Refits in the alerting service without Kafka: the engine keeps the windows it judged, the
-refitter fits the due types (leaving out incident windows) and hands the baselines to a
-recording publisher, on a manual clock."""
+refitter fits the due types (leaving out incident windows, skipping pinned types) and hands
+the baselines to a recording publisher, on a manual clock."""
 
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,8 @@ from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.store import Store
 from anchorwatch.baseline_publish import BaselinePublishError
-from anchorwatch.contracts import Baseline, Verdict, encode
-from anchorwatch.policy.fitting import fit_baseline
+from anchorwatch.contracts import Baseline, BaselinePin, Verdict, encode
+from anchorwatch.policy.fitting import fit_baseline, pinned_baseline
 from anchorwatch.policy.incident_types import Incident, IncidentChange
 from anchorwatch.policy.refit import MemoryRows, RefitHistory, RefitSchedule, WindowRows
 from tests.support.alerting import T0, verdict
@@ -29,7 +30,13 @@ HOUR_S = 3600.0
 
 
 class Setup:
-    def __init__(self, tmp_path: Path, rows: WindowRows | None = None, **alerting: Any) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        rows: WindowRows | None = None,
+        policy: dict[str, Any] | None = None,
+        **alerting: Any,
+    ) -> None:
         self.settings = AlertingSettings.load(
             alerting={
                 "state_dir": tmp_path / "state",
@@ -37,7 +44,7 @@ class Setup:
                 "refit_interval_s": 3600,
                 **alerting,
             },
-            policy={"min_windows": 5},
+            policy={"min_windows": 5, **(policy or {})},
         )
         a = self.settings.alerting
         self.clock = ManualClock(T0 / 1000 + 86_400)
@@ -272,3 +279,64 @@ def test_the_windows_of_a_committed_batch_are_on_disk_before_its_offsets(
     assert [r[0] for r in other.rows("quiet", 0)] == [T0 + i * 60_000 for i in range(12)]
     other.close()
     s.engine.close()
+
+
+# --------------------------------------------------------------------------- pins
+# A pinned type (on its record, or in settings) is never refitted: counted and logged as
+# pinned, the owner's baseline kept.
+
+
+def feed_both(s: Setup, first_minute: int, means: list[float]) -> None:
+    s.feed(
+        [
+            verdict(doc_type, first_minute + i, m)
+            for i, m in enumerate(means)
+            for doc_type in ("pinned", "quiet")
+        ]
+    )
+
+
+def test_a_type_pinned_on_its_record_is_never_refitted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = Setup(tmp_path)
+    feed_both(s, 0, CLEAN)
+    first = {b.doc_type: b for b in s.refitter.run()}
+    assert set(first) == {"pinned", "quiet"}
+    for b in first.values():
+        s.engine.set_baseline(b)
+    # The owner pins one type; the record reaches the service as any baseline does.
+    now_ms = int(s.clock() * 1000)
+    pin = BaselinePin(threshold=0.7, author="ana", reason="vendor runs high", pinned_at_ms=now_ms)
+    record = pinned_baseline(first["pinned"], "pinned", pin, s.settings.policy, now_ms=now_ms)
+    assert s.engine.set_baseline(record)
+
+    s.clock.now += HOUR_S
+    feed_both(s, 12, CLEAN[:5])
+    with caplog.at_level(logging.INFO, logger="anchorwatch.alerting.refit"):
+        again = s.refitter.run()
+    assert [b.doc_type for b in again] == ["quiet"]
+    assert s.engine.tracker.baseline("pinned") == record
+    assert (s.refits("pinned"), s.refits("published")) == (1, 3)
+    (line,) = [r for r in caplog.records if r.getMessage() == "baseline not refitted: pinned"]
+    assert [getattr(line, k) for k in ("doc_type", "source", "threshold")] == [
+        "pinned",
+        "command",
+        0.7,
+    ]
+    # Counted once per interval, not on every run.
+    assert s.refitter.run() == []
+    assert s.refits("pinned") == 1
+    s.clock.now += HOUR_S
+    feed_both(s, 17, CLEAN[:5])
+    assert [b.doc_type for b in s.refitter.run()] == ["quiet"]
+    assert s.refits("pinned") == 2
+
+
+def test_a_type_pinned_in_settings_is_never_refitted(tmp_path: Path) -> None:
+    s = Setup(tmp_path, policy={"pins": {"pinned": {"mute": True}}})
+    feed_both(s, 0, CLEAN)
+    assert [b.doc_type for b in s.refitter.run()] == ["quiet"]
+    assert [[b.doc_type for b in batch] for batch in s.published] == [["quiet"]]
+    assert s.refits("pinned") == 1
+    assert s.engine.tracker.pin("pinned") == BaselinePin(mute=True, source="settings")

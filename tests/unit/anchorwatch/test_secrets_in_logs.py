@@ -20,7 +20,8 @@ from anchorwatch.connectors.settings import IngestSettings
 from anchorwatch.logs import JsonFormatter
 from anchorwatch.settings import ServiceSettings
 
-MARK = "s3cr3t-marker"
+#: Valid for every secret field (a URL for the webhook ones, 16+ characters for tokens).
+MARK = "https://s3cr3t-marker.example/s3cr3t-marker"
 
 # Credentials as Kafka properties: the ones librdkafka and the Java client take.
 KAFKA_SECRETS = {

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from anchorwatch.contracts import Baseline, ContractError, encode
+from anchorwatch.contracts import Baseline, BaselinePin, ContractError, encode
 from anchorwatch.jobs.judge import DocTypeJudge, JudgeState
 from anchorwatch.policy.window import FLAT_RUN, FlatLine, QualityLimits, StaticRule
 
@@ -115,3 +115,18 @@ def test_a_missing_or_unreadable_flat_state_starts_afresh() -> None:
     assert JudgeState.flat_from_json(None) == FlatLine()
     assert JudgeState.flat_from_json("not json") == FlatLine()
     assert JudgeState.flat_from_json('{"mean": 0.1}') == FlatLine()
+
+
+def test_a_pin_on_the_record_or_in_settings_judges_the_window() -> None:
+    j = judge()
+    j.add_baseline(raw(baseline(T0)))
+    assert j.judge(figures(0, 0.45)).breach_level == "warning"
+    # `anchorwatch baseline pin` publishes the record with the pin, dated later.
+    j.add_baseline(raw(baseline(T0 + MIN, pin=BaselinePin(threshold=0.6, author="ana"))))
+    v = j.judge(figures(1, 0.45))
+    assert (v.breach_level, v.threshold, v.reasons[0].code) == ("none", 0.6, "pinned")
+    # A pin in settings wins over the record's.
+    pinned = DocTypeJudge(
+        "3", StaticRule(), QualityLimits(), j.state, {"nda": BaselinePin(threshold=0.44)}
+    )
+    assert pinned.judge(figures(2, 0.45)).breach_level == "warning"

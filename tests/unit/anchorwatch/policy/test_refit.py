@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from anchorwatch.contracts import Baseline, WindowAggregate
+from anchorwatch.contracts import Baseline, BaselinePin, WindowAggregate
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.fitting import fit_baseline
 from anchorwatch.policy.refit import RefitHistory, RefitSchedule
@@ -173,3 +173,22 @@ def test_fit_input_fits_like_the_offline_fit() -> None:
 def test_schedule_is_validated() -> None:
     with pytest.raises(ValueError, match="min_new_windows"):
         RefitSchedule(HOUR, HOUR, 0)
+
+
+def test_a_pinned_type_comes_out_marked_without_windows_and_beyond_the_limit() -> None:
+    h = history(min_new=5)
+    for doc_type in ("a", "b", "c"):
+        for i in range(10):
+            h.add(window(i, doc_type=doc_type))
+    pinned = baseline("a", T0 - 2 * HOUR, T0).model_copy(update={"pin": BaselinePin(threshold=0.6)})
+    held = {"a": pinned}
+    due = h.due(T0 + HOUR, held.get, limit=1)  # longest unfitted first: b, c, then a
+    assert [(d.doc_type, d.pinned, len(d.windows)) for d in due] == [
+        ("b", False, 10),
+        ("a", True, 0),
+    ]
+    # The caller decides what is pinned (settings pins too); marked handled, not due again.
+    due = h.due(T0 + HOUR, held.get, pinned=lambda t: t in ("a", "c"))
+    assert [(d.doc_type, d.pinned) for d in due] == [("b", False), ("c", True), ("a", True)]
+    h.fitted("a", fitted_at_ms=T0 + HOUR, history_end_ms=due[2].history_end_ms)
+    assert "a" not in [d.doc_type for d in h.due(T0 + HOUR + MIN, held.get)]
