@@ -25,7 +25,8 @@ def plateau(recent: list[float], now: Baseline) -> float | None:
     margin = now.threshold - now.center
     level = _median(recent)
     half = len(recent) // 2
-    steady = abs(_median(recent[:half]) - _median(recent[half:])) <= margin / 2
+    # One window has no halves to compare (adapt_after = 1): it sits where it is.
+    steady = half == 0 or abs(_median(recent[:half]) - _median(recent[half:])) <= margin / 2
     if margin <= 0 or not steady:
         return None
     return level

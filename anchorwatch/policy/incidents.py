@@ -450,7 +450,7 @@ class IncidentTracker:
         incident = st.open
         assert incident is not None
         if slot.window is not None and rule.adapt_after > 0:
-            st.recent = [*st.recent[-(rule.adapt_after - 1) :], slot.window.mean_drift]
+            st.recent = [*st.recent, slot.window.mean_drift][-rule.adapt_after :]
             adapted = self._adapt(doc_type, rule, st, slot)
             if adapted is not None:
                 return [adapted]
@@ -545,7 +545,7 @@ class IncidentTracker:
         assert slot.window is not None
         if rule.compare != "baseline" or rule.adapt_after <= 0:
             return
-        st.recent = [*st.recent[-(rule.adapt_after - 1) :], slot.window.mean_drift]
+        st.recent = [*st.recent, slot.window.mean_drift][-rule.adapt_after :]
         moved, fitted = self._baselines.get(doc_type), self._fitted.get(doc_type)
         if moved is None or fitted is None or len(st.recent) < rule.adapt_after:
             return

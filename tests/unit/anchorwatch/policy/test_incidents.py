@@ -528,6 +528,16 @@ def test_an_accepted_shift_that_goes_away_gives_the_fitted_baseline_back() -> No
     assert moved.threshold - moved.center == pytest.approx(0.05)
 
 
+def test_adapting_after_one_window_keeps_one_window() -> None:
+    """adapt_after = 1 (the smallest the settings allow): the shift is accepted at once and
+    the tracker keeps one recent mean, not every one (it crashed on the first window, and
+    kept the whole history, when it read [-0:] as "the last none")."""
+    t = tracker(adapt_after=1)
+    assert [c.kind for c in feed(t, [0.40] * 5)] == ["opened", "resolved"]
+    assert t.baseline("nda").center == pytest.approx(0.40)  # type: ignore[union-attr]
+    assert all(len(s.recent) <= 1 for s in t._states.values())
+
+
 def test_a_ramp_is_not_adapted_and_adapting_can_be_turned_off() -> None:
     ramp = [0.36 + 0.004 * i for i in range(60)]
     t = tracker(adapt_after=20)
