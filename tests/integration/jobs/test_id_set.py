@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-RUN = Path(__file__).parents[3] / "jobs" / "jvm" / "bench" / "run.py"
+RUN = Path(__file__).parents[3] / "bench" / "jvm" / "run.py"
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
