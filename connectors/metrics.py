@@ -88,6 +88,13 @@ class IngestMetrics:
             registry=registry,
             multiprocess_mode="livesum",
         )
+        self.insecure_no_auth = Gauge(
+            "anchorwatch_ingest_insecure_no_auth",
+            "1 when the service accepts writers without a bearer token (started with "
+            "--insecure-no-auth: local demos and tests only), else 0.",
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
         self.kafka_up = Gauge(
             "anchorwatch_ingest_kafka_up",
             "1 when the producer has a connection to a Kafka broker, else 0.",

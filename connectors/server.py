@@ -10,12 +10,17 @@ Routes:
 Answers: 200 once Kafka has acknowledged every record of the request (the events in the
 snapshots topic, the rejects in the dead-letter topic), with counts and the first few
 reasons; 400 for a body that is not JSON at all, or HTTP that aiohttp's parser refuses
-(a line or header over 8190 bytes, more than 128 headers); 401 without the bearer token
-(when one is configured); 408 when the head or the body is not in within its timeout; 413
-for a body over ``ingest.max_body_bytes``; 503 with ``Retry-After`` when Kafka is
-unreachable, the producer queue is full, a record was not acknowledged, the service is
-shutting down, the bodies in memory leave no room (``ingest.max_bodies_bytes``) within
-``ack_timeout_s``, or the worker already has ``ingest.max_connections`` connections open.
+(a line or header over 8190 bytes, more than 128 headers); 401 without the bearer token;
+408 when the head or the body is not in within its timeout; 413 for a body over
+``ingest.max_body_bytes``; 503 with ``Retry-After`` when Kafka is unreachable, the producer
+queue is full, a record was not acknowledged, the service is shutting down, the bodies in
+memory leave no room (``ingest.max_bodies_bytes``) within ``ack_timeout_s``, or the worker
+already has ``ingest.max_connections`` connections open.
+
+Writers need the bearer token: the service does not start without one
+(``ingest.auth_token`` / ``auth_token_file``) unless told ``ingest.insecure_no_auth``
+(``--insecure-no-auth``), and then says so at every start (a warning, and the gauge
+``anchorwatch_ingest_insecure_no_auth`` at 1).
 
 A client's bytes cannot hold the worker's resources: a connection must deliver each request
 head within ``header_timeout_s`` and its body within ``body_timeout_s``, connections past the
@@ -108,7 +113,8 @@ def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = No
 
 class IngestService:
     """The aiohttp application and the producer behind it; ``start``/``stop`` for tests and
-    for ``serve``."""
+    for ``serve``. Refuses to be built (SettingsError) without a bearer token unless the
+    settings say ``ingest.insecure_no_auth``."""
 
     def __init__(
         self,
@@ -119,7 +125,8 @@ class IngestService:
     ) -> None:
         self.settings = settings
         options = settings.ingest
-        self._token = options.token()
+        # Neither a token nor insecure_no_auth: SettingsError, naming the settings.
+        self._token = options.writer_token()
         self._format = kong_format(settings)
         self._source = options.source
         self._max_body = options.max_body_bytes
@@ -127,6 +134,7 @@ class IngestService:
         self._reuse_port = reuse_port
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = IngestMetrics(self.registry)
+        self.metrics.insecure_no_auth.set(1 if self._token is None else 0)
         self.refused = MetricCounter(
             "anchorwatch_ingest_connections_refused_total",
             "Connections closed or requests refused for what the client's bytes did: cause "
@@ -179,11 +187,12 @@ class IngestService:
         await site.start()
         address = self._runner.addresses[0]
         self.port = int(address[1])
-        if self._token is None and o.host not in ("127.0.0.1", "::1", "localhost"):
+        if self._token is None:
             log.warning(
-                "authentication is off: anyone who reaches this port can write events "
-                "(set ANCHORWATCH_INGEST__AUTH_TOKEN or _AUTH_TOKEN_FILE)",
-                extra={"host": o.host},
+                "INSECURE: accepting unauthenticated writers (--insecure-no-auth): anyone "
+                "who reaches this port can write events; for local demos and tests only "
+                "(set ANCHORWATCH_INGEST__AUTH_TOKEN or _AUTH_TOKEN_FILE instead)",
+                extra={"host": o.host, "port": self.port},
             )
         log.info(
             "ingest service listening",
@@ -413,7 +422,10 @@ def _worker(settings: IngestSettings, log_level: str) -> None:
 
 def serve(settings: IngestSettings, *, log_level: str = "INFO") -> None:
     """Run the service until SIGTERM/SIGINT; with ``ingest.workers`` > 1, as that many
-    processes sharing the port."""
+    processes sharing the port. Refuses to start (SettingsError) without a bearer token
+    unless ``ingest.insecure_no_auth``."""
+    # No token and no insecure_no_auth: refuse here, once, before any worker starts.
+    settings.ingest.writer_token()
     workers = settings.ingest.workers
     if workers == 1:
         asyncio.run(_run_until_signalled(settings, reuse_port=False))

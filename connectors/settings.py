@@ -17,7 +17,15 @@ from anchorwatch.settings import Section, ServiceSettings, SettingsError
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 HeaderLocation = Literal["request", "response"]
-_FILE_SETTING = "ingest.auth_token_file (ANCHORWATCH_INGEST__AUTH_FILE_SETTING)"
+_FILE_SETTING = "ingest.auth_token_file (ANCHORWATCH_INGEST__AUTH_TOKEN_FILE)"
+#: Why `ingest serve` refuses to start with neither a token nor insecure_no_auth.
+NO_CREDENTIALS = (
+    "ingest: no bearer token for writers, so anyone who reaches the port could write events. "
+    "Set ingest.auth_token (ANCHORWATCH_INGEST__AUTH_TOKEN) or ingest.auth_token_file "
+    "(ANCHORWATCH_INGEST__AUTH_TOKEN_FILE, --auth-token-file); or, for a local demo or a "
+    "test only, accept unauthenticated writers with --insecure-no-auth "
+    "(ANCHORWATCH_INGEST__INSECURE_NO_AUTH=true)"
+)
 
 
 class IngestOptions(Section):
@@ -42,13 +50,20 @@ class IngestOptions(Section):
         None,
         description=(
             "Bearer token every ingest request must present (Authorization: Bearer ...). "
-            "Unset, with no auth_token_file: no authentication."
+            "Unset, with no auth_token_file: `ingest serve` refuses to start unless "
+            "insecure_no_auth is set."
         ),
     )
     auth_token_file: Path | None = Field(
         None,
-        description="File holding the bearer token (surrounding whitespace ignored); "
-        "an alternative to auth_token.",
+        description="File holding the bearer token (surrounding whitespace ignored), read "
+        "at start; an alternative to auth_token.",
+    )
+    insecure_no_auth: bool = Field(
+        False,
+        description="Accept writers without a bearer token (for local demos and tests): "
+        "the service then logs a warning at every start and reports "
+        "anchorwatch_ingest_insecure_no_auth 1. Not with a token.",
     )
     request_id_header: str = Field(
         "x-request-id",
@@ -198,7 +213,7 @@ class IngestOptions(Section):
         # HTTP header names are case-insensitive; lookups compare lower case.
         return value.lower()
 
-    @field_validator("auth_token", mode="before")
+    @field_validator("auth_token", "auth_token_file", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         # Compose and .env files pass an unset variable as an empty string.
@@ -242,6 +257,11 @@ class IngestOptions(Section):
     def _one_token_source(self) -> IngestOptions:
         if self.auth_token is not None and self.auth_token_file is not None:
             raise ValueError("auth_token_file: set auth_token or auth_token_file, not both")
+        if self.insecure_no_auth and (self.auth_token, self.auth_token_file) != (None, None):
+            raise ValueError(
+                "insecure_no_auth: a bearer token is set too (auth_token or auth_token_file); "
+                "drop one: with a token, writers must present it"
+            )
         names = [
             self.request_id_header,
             self.doc_type_header,
@@ -253,8 +273,17 @@ class IngestOptions(Section):
             raise ValueError("doc_type_header: the five header names must differ")
         return self
 
+    def writer_token(self) -> bytes | None:
+        """The token writers must present, read now (from the file if one is named); None
+        only with insecure_no_auth. Neither a token nor insecure_no_auth: SettingsError
+        (``NO_CREDENTIALS``), naming the settings."""
+        token = self.token()
+        if token is None and not self.insecure_no_auth:
+            raise SettingsError(NO_CREDENTIALS)
+        return token
+
     def token(self) -> bytes | None:
-        """The bearer token, read now from the file if one is named; None when auth is off."""
+        """The bearer token, read now from the file if one is named; None when none is set."""
         if self.auth_token is not None:
             return self.auth_token.get_secret_value().strip().encode()
         if self.auth_token_file is None:

@@ -1,7 +1,8 @@
 """What the deployment's static checks (tests/unit/deploy/) and the dashboard
-renderer share: reading the compose file the way Compose does, the settings each service
-reads, the metric names the code exports, the Flink options Flink knows, the PromQL in the
-rules and the dashboard.
+renderer share: reading the compose file the way Compose does, what it publishes and the
+secrets it must not hold (docs/security.md), the settings each service reads, the metric
+names the code exports, the Flink options Flink knows, the PromQL in the rules and the
+dashboard.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
+#: Files merged over docker-compose.yml on demand (`docker compose -f A -f B`).
+COMPOSE_OVERRIDES = (ROOT / "deploy" / "compose" / "publish-internals.yml",)
+SECRETS_SCRIPT = ROOT / "deploy" / "secrets" / "init-secrets.sh"
 COMPOSE_SCHEMA = ROOT / "deploy" / "schemas" / "compose-spec.json"
 ENV_EXAMPLE = ROOT / ".env.example"
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
@@ -138,18 +142,33 @@ def referenced_variables(text: str) -> set[str]:
     return names
 
 
-def raw_compose() -> dict[str, Any]:
-    data = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+def raw_compose(path: Path = COMPOSE_FILE) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
     assert isinstance(data, dict)
     return data
 
 
-def compose(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def compose(env: Mapping[str, str] | None = None, path: Path = COMPOSE_FILE) -> dict[str, Any]:
     """The compose file after interpolation with ``env`` (default: nothing set, so every
     default applies: what `docker compose up` does without a .env)."""
-    interpolated = interpolate_tree(raw_compose(), env or {})
+    interpolated = interpolate_tree(raw_compose(path), env or {})
     assert isinstance(interpolated, dict)
     return interpolated
+
+
+def with_overrides(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """docker-compose.yml with every file of ``COMPOSE_OVERRIDES`` merged over it, as
+    Compose merges them (the overrides here add ports only: appended)."""
+    merged = compose(env)
+    for path in COMPOSE_OVERRIDES:
+        for name, service in compose(env, path)["services"].items():
+            target = merged["services"][name]
+            for key, value in service.items():
+                if key == "ports":
+                    target["ports"] = [*(target.get("ports") or []), *value]
+                else:
+                    target[key] = value
+    return merged
 
 
 def environment(service: Mapping[str, Any]) -> dict[str, str | None]:
@@ -190,6 +209,99 @@ def port_mappings(service: Mapping[str, Any]) -> list[PortMapping]:
         else:
             raise ValueError(f"port {entry!r} publishes no fixed host port")
     return found
+
+
+# --------------------------------------------------------------------------- exposure
+
+
+LOOPBACK = "127.0.0.1"
+#: What docker-compose.yml alone publishes: the ingest service, the local Slack and Jira
+#: pages, and Grafana (it asks for a login; Slack messages and Jira tickets link to it).
+PUBLISHED_BY_DEFAULT = frozenset({"ingest", "local-slack", "local-jira", "grafana"})
+#: Variables whose values are credentials.
+SECRET_NAME = re.compile(
+    r"(TOKEN|PASSWORD|SECRET|KEY|WEBHOOK_URL|CREDENTIALS?|CLIENT_PROPERTIES|JAVA_PROPERTIES)$"
+)
+#: The only literal defaults a credential-named variable may have: what the alerting service
+#: presents to the bundled local Slack and Jira, which accept any non-empty token.
+LOCAL_PLACEHOLDERS = {
+    ("alerting", "ANCHORWATCH_SLACK__BOT_TOKEN"): "xoxb-local",
+    ("alerting", "ANCHORWATCH_JIRA__API_TOKEN"): "local-token",
+}
+
+
+def _host_ip_expression(entry: Any) -> str:
+    """The host address of a published port as written: the long syntax's host_ip, or the
+    short syntax's first part (a ``${...}`` expression, nested defaults included)."""
+    if isinstance(entry, dict):
+        return str(entry.get("host_ip", ""))
+    text = str(entry)
+    if text.startswith("${"):
+        return text[: _closing_brace(text, 2) + 1]
+    parts = text.split("/")[0].split(":")
+    return parts[0] if len(parts) == 3 else ""
+
+
+def exposure_problems(raw: Mapping[str, Any], *, default_file: bool) -> list[str]:
+    """Breaches of the exposure rules in one compose file as written: every published port
+    binds to a variable that defaults to 127.0.0.1 (and follows it when set); with
+    ``default_file`` (docker-compose.yml itself), only ``PUBLISHED_BY_DEFAULT`` publish."""
+    problems = []
+    for name, service in (raw.get("services") or {}).items():
+        entries = service.get("ports") or []
+        if entries and default_file and name not in PUBLISHED_BY_DEFAULT:
+            problems.append(f"{name}: published by default (only {sorted(PUBLISHED_BY_DEFAULT)})")
+        for entry in entries:
+            expression = _host_ip_expression(entry)
+            variable = _NAME.match(expression[2:]) if expression.startswith("${") else None
+            if variable is None:
+                problems.append(f"{name}: {entry!r} binds to no variable (${{BIND_ADDRESS:-...}})")
+                continue
+            default = interpolate(expression, {})
+            chosen = interpolate(expression, {variable.group(): "192.0.2.1"})
+            if default != LOOPBACK or chosen != "192.0.2.1":
+                problems.append(
+                    f"{name}: {entry!r} binds to {default!r} by default (must be {LOOPBACK}, "
+                    f"and follow ${variable.group()} when set)"
+                )
+    return problems
+
+
+def secret_default_problems(raw: Mapping[str, Any]) -> list[str]:
+    """Credential-named variables written into a compose file: each must be passed through
+    (no value), or be a ``${VAR}`` with no default, or a required ``${VAR:?...}``; the only
+    literal defaults are ``LOCAL_PLACEHOLDERS``."""
+    problems = []
+    for name, service in (raw.get("services") or {}).items():
+        for key, value in environment(service).items():
+            if not SECRET_NAME.search(key) or value is None:
+                continue
+            if not value.startswith("${") or _closing_brace(value, 2) != len(value) - 1:
+                problems.append(f"{name}: {key} is written into the file; take it from .env")
+                continue
+            try:
+                default = interpolate(value, {})
+            except InterpolationError:
+                continue  # required: Compose refuses to start without it
+            if default and default != LOCAL_PLACEHOLDERS.get((name, key)):
+                problems.append(f"{name}: {key} defaults to the literal {default!r}")
+    return problems
+
+
+def grafana_problems(stack: Mapping[str, Any]) -> list[str]:
+    """Grafana as the stack runs it by default: no admin password in the environment (from
+    a file only), anonymous access off."""
+    env = environment(stack["services"]["grafana"])
+    problems = []
+    if env.get("GF_SECURITY_ADMIN_PASSWORD") is not None:
+        problems.append("grafana: GF_SECURITY_ADMIN_PASSWORD is set; use ..._PASSWORD__FILE")
+    if not env.get("GF_SECURITY_ADMIN_PASSWORD__FILE"):
+        problems.append("grafana: no GF_SECURITY_ADMIN_PASSWORD__FILE (generated password)")
+    if (env.get("GF_AUTH_ANONYMOUS_ENABLED") or "").lower() != "false":
+        problems.append(
+            f"grafana: anonymous access is {env.get('GF_AUTH_ANONYMOUS_ENABLED')!r} by default"
+        )
+    return problems
 
 
 def flink_properties(text: str) -> dict[str, str]:

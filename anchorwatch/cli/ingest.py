@@ -28,15 +28,24 @@ def ingest() -> None:
 @click.option(
     "--auth-token-file",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="File holding the bearer token clients must send. [default: no authentication, "
-    "unless ANCHORWATCH_INGEST__AUTH_TOKEN is set]",
+    help="File holding the bearer token clients must send (or ANCHORWATCH_INGEST__AUTH_TOKEN "
+    "/ _AUTH_TOKEN_FILE). One of them is required, unless --insecure-no-auth.",
+)
+@click.option(
+    "--insecure-no-auth",
+    is_flag=True,
+    default=None,
+    help="Accept writers without a bearer token: for a local demo or a test only. Logged as "
+    "a warning at every start; the gauge anchorwatch_ingest_insecure_no_auth is 1.",
 )
 @click.pass_context
 def serve_cmd(ctx: click.Context, /, **opts: Any) -> None:
     """Run the HTTP ingest service: POST /v1/kong (Kong http-log, single or batched),
     POST /v1/events (NDJSON snapshot events), GET /healthz, /readyz, /metrics.
-    Answers 2xx only once Kafka has acknowledged every record; stops gracefully on
-    SIGTERM (in-flight requests finish, the producer flushes)."""
+    Writers must send `Authorization: Bearer <token>`: without a token configured the
+    service refuses to start, unless --insecure-no-auth. Answers 2xx only once Kafka has
+    acknowledged every record; stops gracefully on SIGTERM (in-flight requests finish, the
+    producer flushes)."""
     from anchorwatch.connectors.server import serve
 
     settings = load_settings(ctx, IngestSettings, ingest=opts)

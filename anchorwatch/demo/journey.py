@@ -40,7 +40,12 @@ from anchorwatch.demo.journey_job import (
 )
 from anchorwatch.demo.journey_processes import Services
 from anchorwatch.demo.journey_results import JourneyReport, check_results
-from anchorwatch.demo.journey_services import Destinations, start_alerting, start_ingest
+from anchorwatch.demo.journey_services import (
+    Destinations,
+    new_ingest_token,
+    start_alerting,
+    start_ingest,
+)
 from anchorwatch.demo.journey_watch import IncidentWatcher, settled
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.stack.stack import Stack
@@ -101,6 +106,7 @@ class Journey:
         self.services = Services(self.run_dir)
         self.job_id: str | None = None
         self.state_dir = self.run_dir / "alerting"
+        self.ingest_token = ""  # made for the run when the ingest service starts
 
     @property
     def slack_url(self) -> str:
@@ -151,8 +157,14 @@ class Journey:
         return ingest_url
 
     def _start_ingest(self, report: JourneyReport) -> str:
-        url = start_ingest(self.services, self.job_settings, self.options.ports["ingest"])
-        report.addresses["ingest"] = f"{url}/v1/kong (metrics {url}/metrics)"
+        # The Kong feed presents the run's token, as a gateway would (no anonymous writers).
+        self.ingest_token, token_file = new_ingest_token(self.run_dir)
+        url = start_ingest(
+            self.services, self.job_settings, self.options.ports["ingest"], token_file
+        )
+        report.addresses["ingest"] = (
+            f"{url}/v1/kong (metrics {url}/metrics), bearer token in {token_file}"
+        )
         self.echo(f"[1/6] ingest service on {url}")
         return url
 
@@ -160,7 +172,9 @@ class Journey:
         """The history as one backlog, then baselines fitted on the job's windows of it."""
         o, plan = self.options, report.plan
         t = time.monotonic()
-        stats = asyncio.run(send_batches(url, traffic.history_batches, workers=1))
+        stats = asyncio.run(
+            send_batches(url, traffic.history_batches, workers=1, token=self.ingest_token)
+        )
         report.count(stats)
         self.echo(
             f"[3/6] history: {o.history_minutes} min of traffic for {len(plan.doc_types)} doc "
@@ -208,7 +222,13 @@ class Journey:
         watcher = IncidentWatcher(self.state_dir, self.destinations, clock, self.echo)
         with watcher.watching(report):
             stats = asyncio.run(
-                send_batches(url, traffic.live_batches, workers=o.kong_workers, clock=clock)
+                send_batches(
+                    url,
+                    traffic.live_batches,
+                    workers=o.kong_workers,
+                    token=self.ingest_token,
+                    clock=clock,
+                )
             )
             report.count(stats)
             report.timings["live_request_p99_s"] = jp.quantile(stats.request_s, 0.99)

@@ -1,7 +1,7 @@
 """Feeding the run's traffic to the ingest service as a Kong node would: the plan's entries
 in http-log batches (``KongTraffic``), POSTed one batch at a time per worker with Kong's
-retries (``send_batches``), live batches each when it is due on the replay clock
-(``ReplayClock``).
+retries and the bearer token of connectors/kong-http-log.yaml (``send_batches``), live
+batches each when it is due on the replay clock (``ReplayClock``).
 """
 
 from __future__ import annotations
@@ -70,12 +70,16 @@ async def send_batches(
     batches: list[jp.Batch],
     *,
     workers: int,
+    token: str,
     clock: Callable[[int], float] | None = None,
     attempts: int = 8,
 ) -> SendStats:
     """POST each batch as Kong's http-log plugin does: one batch at a time per worker,
     retried with backoff on a failed status or connection error. With ``clock`` (event time
     to wall time), a batch waits until it is due."""
+    # What the plugin sends with config.content_type and config.headers (the sample
+    # configuration's Authorization: Bearer, from Kong's vault).
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
     stats = SendStats()
     queues: list[list[jp.Batch]] = [[b for b in batches if b.worker == w] for w in range(workers)]
 
@@ -89,9 +93,7 @@ async def send_batches(
             for attempt in range(attempts):
                 started = time.perf_counter()
                 try:
-                    async with session.post(
-                        url, data=body, headers={"Content-Type": "application/json"}
-                    ) as r:
+                    async with session.post(url, data=body, headers=headers) as r:
                         answer = await r.json() if r.status == 200 else None
                 except (aiohttp.ClientError, TimeoutError):
                     answer = None

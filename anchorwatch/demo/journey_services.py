@@ -1,11 +1,14 @@
 """The run's services, each started as its own process and waited for: the ingest service
-(``anchorwatch ingest serve``), the alerting service (``alerting serve``), and where the
-alerting service posts (``Destinations``): Slack and Jira as configured, or the local ones
-(``alerting local-slack`` / ``local-jira``) when they are not.
+(``anchorwatch ingest serve``, with a bearer token made for the run: ``new_ingest_token``),
+the alerting service (``alerting serve``), and where the alerting service posts
+(``Destinations``): Slack and Jira as configured, or the local ones (``alerting
+local-slack`` / ``local-jira``) when they are not.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +30,32 @@ def kafka_env(job: JobSettings) -> dict[str, Any]:
     }
 
 
-def start_ingest(services: Services, job: JobSettings, port: int) -> str:
-    """Start the ingest service on ``port`` (a free one when taken or 0); its URL once ready."""
+def new_ingest_token(run_dir: Path) -> tuple[str, Path]:
+    """A fresh bearer token for the run's ingest service, and the file in the run's directory
+    that holds it, readable by its owner only (the service reads it from there, and so can
+    whoever points a gateway at a service the demo left running)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "ingest-token"
+    path.unlink(missing_ok=True)
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
+        fh.write(f"{token}\n")
+    return token, path
+
+
+def start_ingest(services: Services, job: JobSettings, port: int, token_file: Path) -> str:
+    """Start the ingest service on ``port`` (a free one when taken or 0), writers needing the
+    token in ``token_file``; its URL once ready."""
     port = pick_port(port)
-    services.start(
-        "ingest",
-        ["ingest", "serve"],
-        env_of({**kafka_env(job), "ingest": {"port": port}}),
-    )
+    # The run's token only: a token or insecure_no_auth in the caller's environment would
+    # contradict it (the service refuses both at once).
+    ingest = {
+        "port": port,
+        "auth_token_file": token_file,
+        "auth_token": "",
+        "insecure_no_auth": False,
+    }
+    services.start("ingest", ["ingest", "serve"], env_of({**kafka_env(job), "ingest": ingest}))
     url = f"http://127.0.0.1:{port}"
     services.wait_ready("ingest", f"{url}/readyz", 60, "ingest /readyz")
     services.check("ingest")

@@ -30,10 +30,18 @@ GENERATED_AGE_S = 20 * 365 * 86_400
 
 
 def ingest_settings(job: JobSettings, **ingest: Any) -> IngestSettings:
+    """The service's settings on ``job``'s broker and topics; without a token given, with
+    ``insecure_no_auth`` (the service does not start with neither)."""
+    token_given = {"auth_token", "auth_token_file"} & set(ingest)
     return IngestSettings.load(
         kafka=job.kafka.model_dump(),
         topics=job.topics.model_dump(),
-        ingest={"port": 0, "max_event_age_s": GENERATED_AGE_S, **ingest},
+        ingest={
+            "port": 0,
+            "max_event_age_s": GENERATED_AGE_S,
+            **({} if token_given else {"insecure_no_auth": True}),
+            **ingest,
+        },
     )
 
 

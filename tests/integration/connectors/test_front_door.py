@@ -27,7 +27,7 @@ def _post(job: JobSettings, bodies: list[bytes]) -> list[dict[str, Any]]:
     settings = IngestSettings.load(
         kafka=job.kafka.model_dump(),
         topics=job.topics.model_dump(),
-        ingest={"port": 0, "max_event_age_s": GENERATED_AGE_S},
+        ingest={"port": 0, "max_event_age_s": GENERATED_AGE_S, "insecure_no_auth": True},
     )
 
     async def scenario() -> list[dict[str, Any]]:

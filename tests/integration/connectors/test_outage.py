@@ -55,7 +55,13 @@ def test_kafka_down_then_back_loses_nothing_answered_2xx(private_stack: Stack) -
     settings = IngestSettings.load(
         kafka={"bootstrap_servers": stack.kafka.bootstrap},
         # The generated traffic is timed from 2025-11-29: accept it whatever today is.
-        ingest={"port": 0, "ack_timeout_s": 2, "retry_after_s": 1, "max_event_age_s": 6e8},
+        ingest={
+            "port": 0,
+            "ack_timeout_s": 2,
+            "retry_after_s": 1,
+            "max_event_age_s": 6e8,
+            "insecure_no_auth": True,
+        },
     )
     batches = _batches()
     saw_503: set[int] = set()

@@ -37,7 +37,9 @@ pytestmark = [pytest.mark.integration]
 
 def _settings(job: JobSettings, **ingest: Any) -> IngestSettings:
     return IngestSettings.load(
-        kafka=job.kafka.model_dump(), topics=job.topics.model_dump(), ingest={"port": 0, **ingest}
+        kafka=job.kafka.model_dump(),
+        topics=job.topics.model_dump(),
+        ingest={"port": 0, "insecure_no_auth": True, **ingest},
     )
 
 

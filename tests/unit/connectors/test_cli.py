@@ -45,7 +45,8 @@ def test_replay_fails_loudly_when_kafka_does_not_acknowledge(tmp_path: Path) -> 
 
 
 def test_serve_refuses_several_workers_on_a_random_port() -> None:
-    result = CliRunner().invoke(ingest, ["serve", "--workers", "2", "--port", "0"])
+    args = ["serve", "--workers", "2", "--port", "0", "--insecure-no-auth"]
+    result = CliRunner().invoke(ingest, args)
     assert isinstance(result.exception, AnchorwatchError)
     assert "several workers need a fixed port" in str(result.exception)
 

@@ -144,7 +144,7 @@ def _loop() -> asyncio.AbstractEventLoop:
 def service() -> Iterator[tuple[TestClient[Any, Any], _Sent]]:
     settings = IngestSettings.load(
         kafka={"bootstrap_servers": f"127.0.0.1:{free_port()}"},
-        ingest={"max_body_bytes": 256 * 1024},
+        ingest={"max_body_bytes": 256 * 1024, "insecure_no_auth": True},
     )
     app = IngestService(settings)
     sent = _Sent()

@@ -26,7 +26,13 @@ Scenario = Callable[[IngestService, int], Awaitable[None]]
 def _run(scenario: Scenario, **ingest: Any) -> IngestService:
     settings = IngestSettings.load(
         kafka={"bootstrap_servers": f"127.0.0.1:{free_port()}"},
-        ingest={"port": 0, "header_timeout_s": 0.3, "body_timeout_s": 0.3, **ingest},
+        ingest={
+            "port": 0,
+            "insecure_no_auth": True,
+            "header_timeout_s": 0.3,
+            "body_timeout_s": 0.3,
+            **ingest,
+        },
     )
     service = IngestService(settings)
 
@@ -39,6 +45,11 @@ def _run(scenario: Scenario, **ingest: Any) -> IngestService:
 
     asyncio.run(main())
     return service
+
+
+def _insecure_notice(record: logging.LogRecord) -> bool:
+    """The warning every start without a token logs (these tests opt out of the token)."""
+    return "accepting unauthenticated writers" in record.getMessage()
 
 
 async def _connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -240,7 +251,7 @@ def test_malformed_http_is_a_4xx_logged_once_without_a_traceback(
     with caplog.at_level(logging.DEBUG, logger="anchorwatch"):
         service = _run(scenario)
     lines = [r for r in caplog.records if r.name.startswith("anchorwatch.connectors.server")]
-    lines = [r for r in lines if r.levelno >= logging.WARNING]
+    lines = [r for r in lines if r.levelno >= logging.WARNING and not _insecure_notice(r)]
     assert [r.getMessage() for r in lines] == ["malformed HTTP request refused"]
     assert lines[0].exc_info is None
     assert lines[0].exc_text is None
@@ -262,7 +273,7 @@ def test_accept_errors_are_logged_once_per_interval_without_a_traceback(
 
     with caplog.at_level(logging.DEBUG):
         _run(scenario)
-    accept = [r for r in caplog.records if "accept" in r.getMessage()]
+    accept = [r for r in caplog.records if "accept" in r.getMessage() and not _insecure_notice(r)]
     assert len(accept) == 1
     assert accept[0].exc_info is None
     assert getattr(accept[0], "errno", None) == 24

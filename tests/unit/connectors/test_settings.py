@@ -64,6 +64,8 @@ def test_environment_and_file_configure_the_section(
         ({"max_event_age_s": 0}, "ingest.max_event_age_s"),
         ({"anchor_count_header": "x-anthropic-doc-type"}, "the five header names must differ"),
         ({"auth_token": "t", "auth_token_file": "/x"}, "set auth_token or auth_token_file"),
+        ({"auth_token": "t", "insecure_no_auth": True}, "insecure_no_auth: a bearer token"),
+        ({"auth_token_file": "/x", "insecure_no_auth": True}, "insecure_no_auth: a bearer"),
         ({"source": ""}, "ingest.source"),
     ],
 )
@@ -81,10 +83,13 @@ def test_the_token_comes_from_the_environment_or_a_file_and_is_never_shown(
     assert s.ingest.token() == b"s3cret-env"
     assert "s3cret" not in repr(s)
     assert "s3cret" not in s.model_dump_json()
-    # An empty variable (what Compose passes for an unset one) means no authentication.
+    # An empty variable (what Compose passes for an unset one) is no token: the service
+    # then refuses to start (tests/unit/connectors/test_auth_default.py).
     monkeypatch.setenv("ANCHORWATCH_INGEST__AUTH_TOKEN", " ")
+    monkeypatch.setenv("ANCHORWATCH_INGEST__AUTH_TOKEN_FILE", "")
     assert IngestSettings.load().ingest.token() is None
     monkeypatch.delenv("ANCHORWATCH_INGEST__AUTH_TOKEN")
+    monkeypatch.delenv("ANCHORWATCH_INGEST__AUTH_TOKEN_FILE")
     token_file = tmp_path / "token"
     token_file.write_text("  s3cret-file\n")
     assert IngestSettings.load(ingest={"auth_token_file": token_file}).ingest.token() == (

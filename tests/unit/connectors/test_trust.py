@@ -101,7 +101,7 @@ def test_ignored_headers_are_counted_by_the_service() -> None:
     entry["request"]["headers"]["X-Anthropic-Snapshot-Status"] = "disabled"
     settings = IngestSettings.load(
         kafka={"bootstrap_servers": f"127.0.0.1:{free_port()}"},  # nothing there: 503
-        ingest={"max_event_age_s": 10 * 365 * 86_400},
+        ingest={"max_event_age_s": 10 * 365 * 86_400, "insecure_no_auth": True},
     )
     service = IngestService(settings)
 

@@ -1,7 +1,8 @@
 """docker-compose.yml, checked without a Docker engine: it parses and validates against the
 Compose Specification's schema, every service's variables are settings the code reads,
 every image and build context exists, ports are unique, and start order, volumes and
-secrets are wired as docs/deploy.md describes."""
+secrets are wired as docs/deploy.md describes. What it publishes and the secrets it must
+not hold: test_compose_exposure.py."""
 
 from __future__ import annotations
 
@@ -79,10 +80,17 @@ def test_compose_file_validates_against_the_compose_specification() -> None:
     validator = validator_cls(schema)
     # As written (what `docker compose config` reads) and after interpolation with the
     # defaults and with every documented override (what it runs).
+    overrides = [
+        (f"{path.name} {label}", document)
+        for path in dc.COMPOSE_OVERRIDES
+        for label, document in (("as written", dc.raw_compose(path)), ("", dc.compose({}, path)))
+    ]
     for label, document in (
         ("as written", dc.raw_compose()),
         ("defaults", dc.compose()),
         (".env.example", dc.compose(example_env())),
+        ("with the overrides", dc.with_overrides(example_env())),
+        *overrides,
     ):
         errors = sorted(validator.iter_errors(document), key=lambda e: list(e.path))
         assert not errors, f"{label}: " + "; ".join(
@@ -209,18 +217,20 @@ def test_images_match_the_pinned_versions() -> None:
     assert "/jvm/flink/anchorwatch-flink-jobs.jar /opt/flink/lib/" in dockerfile
 
 
-def test_published_ports_are_unique(services: dict[str, dict[str, Any]]) -> None:
+def test_published_ports_are_unique() -> None:
     for env in ({}, example_env()):
+        # The internals' override included: with it, still one service per host port.
         seen: dict[tuple[str, int], str] = {}
-        for name, service in dc.compose(env)["services"].items():
+        for name, service in dc.with_overrides(env)["services"].items():
             for port in dc.port_mappings(service):
                 assert port.host_ip == "127.0.0.1" or env, f"{name}: {port} not on loopback"
                 key = (port.host_ip, port.published)
                 assert key not in seen, f"{name} and {seen[key]} both publish {key}"
                 seen[key] = name
     # With every default, each service's port differs from every other's.
-    published = [p.published for s in services.values() for p in dc.port_mappings(s)]
-    assert len(published) == len(set(published)) >= 7
+    every = dc.with_overrides()["services"].values()
+    published = [p.published for s in every for p in dc.port_mappings(s)]
+    assert len(published) == len(set(published)) >= 9
 
 
 def test_service_ports_agree_with_settings_and_scrape_targets(
@@ -275,7 +285,7 @@ def test_start_order_waits_for_health_and_one_shot_jobs(
     services: dict[str, dict[str, Any]],
 ) -> None:
     one_shot = {n for n, s in services.items() if s.get("restart") == "no"}
-    assert one_shot == {"kafka-init", "job-submitter"}
+    assert one_shot == {"secrets-init", "kafka-init", "job-submitter"}
     for name, service in services.items():
         if name not in one_shot:
             assert service.get("restart") == "unless-stopped", f"{name}: no restart policy"
@@ -319,7 +329,7 @@ def start_order(services: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 def test_every_long_running_service_has_a_healthcheck(services: dict[str, dict[str, Any]]) -> None:
     # The TaskManager has no endpoint of its own; the JobManager's REST API reports it.
-    exempt = {"kafka-init", "job-submitter", "taskmanager"}
+    exempt = {"secrets-init", "kafka-init", "job-submitter", "taskmanager"}
     missing = sorted(n for n, s in services.items() if n not in exempt and "healthcheck" not in s)
     assert not missing, f"no healthcheck: {missing}"
 
@@ -351,14 +361,8 @@ def test_state_lives_in_named_volumes(stack: dict[str, Any]) -> None:
 
 
 def test_secrets_come_from_the_environment_and_env_is_ignored() -> None:
-    raw_services = dc.raw_compose()["services"]
-    secret = re.compile(r"(TOKEN|PASSWORD|SECRET|WEBHOOK_URL|CLIENT_PROPERTIES|JAVA_PROPERTIES)$")
-    for name, service in raw_services.items():
-        for key, value in dc.environment(service).items():
-            if secret.search(key):
-                assert value is None or value.startswith("${"), (
-                    f"{name}: {key} is written into docker-compose.yml; take it from .env"
-                )
+    for path in (dc.COMPOSE_FILE, *dc.COMPOSE_OVERRIDES):
+        assert dc.secret_default_problems(dc.raw_compose(path)) == [], path.name
     ignored = (dc.ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
     assert ".env" in ignored
 
@@ -376,9 +380,18 @@ def test_secret_files_are_declared_and_named_by_variables(stack: dict[str, Any])
         assert default.is_relative_to(dc.ROOT / "deploy"), name
 
 
+# Compose's own variables (read by `docker compose`, not interpolated into the file).
+COMPOSE_VARIABLES = {"COMPOSE_FILE"}
+
+
 def test_env_example_documents_every_variable_compose_reads() -> None:
-    documented = set(example_env())
-    referenced = dc.referenced_variables(dc.COMPOSE_FILE.read_text(encoding="utf-8"))
+    documented = set(example_env()) - COMPOSE_VARIABLES
+    referenced = set().union(
+        *(
+            dc.referenced_variables(path.read_text(encoding="utf-8"))
+            for path in (dc.COMPOSE_FILE, *dc.COMPOSE_OVERRIDES)
+        )
+    )
     # Pass-through settings (no value in the file) are read from .env too.
     passthrough = {
         k
