@@ -32,11 +32,13 @@ from anchorwatch.alerting.crash import CrashHook, no_crash
 from anchorwatch.alerting.fanout import Fanout
 from anchorwatch.alerting.integrations.registry import named
 from anchorwatch.alerting.payload import history_from_json, history_to_json, notification_payload
+from anchorwatch.alerting.refit_rows import refit_incident
 from anchorwatch.alerting.render import IncidentView, WindowPoint
 from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.silence_book import SilenceBook
 from anchorwatch.alerting.silences import Hold, Muting
+from anchorwatch.alerting.slack_actions import AckQueue
 from anchorwatch.alerting.store import BatchWrite, DocTypeRow, IncidentRow, Store
 from anchorwatch.alerting.views import STATES, change_view, row_view
 from anchorwatch.contracts import (
@@ -46,7 +48,7 @@ from anchorwatch.contracts import (
     Verdict,
     decode_verdict,
 )
-from anchorwatch.policy.incident_types import Incident, IncidentChange, drift_event
+from anchorwatch.policy.incident_types import IncidentChange, drift_event
 from anchorwatch.policy.incidents import IncidentTracker
 from anchorwatch.policy.refit import RefitHistory
 from anchorwatch.policy.static_rule import BreachLevels
@@ -116,6 +118,7 @@ class Engine:
         self._metrics = metrics
         self._fanout = Fanout(settings, named(tuple(integrations)))
         self._silences = SilenceBook(store.path.parent)
+        self._acks = AckQueue(store.path.parent)
         self._clock = clock
         self._crash = crash
         self._history_len = max(settings.slack.chart_windows, MIN_HISTORY)
@@ -351,12 +354,14 @@ class Engine:
         if row is None and change.kind == "reopened":
             row = batch.rows.get(inc.incident_id) or self._store.incident(inc.incident_id)
         seq = row.next_seq if row is not None else 1
-        view = self._view(change)
+        # Acknowledged: its messages say by whom; a re-opening asks for a new one.
+        acked = row if row is not None and change.kind != "reopened" else None
+        view = replace(self._view(change), acked_by=acked.acked_by if acked else None)
         history = self._history(inc.doc_type, change.window_start_ms)
         event = drift_event(change, batch.write.now_ms).model_dump(mode="json", exclude_none=True)
         forced = change.kind in ("updated", "reopened")
         payload = notification_payload(view, history, force_comment=forced)
-        muted = batch.muting.reason(inc.doc_type, inc.severity)
+        muted = batch.muting.reason(inc.doc_type, inc.severity, inc.incident_id)
         held = Hold.after(
             change.kind, row.held_by if row else None, row.held_kind if row else None, muted
         )
@@ -390,6 +395,8 @@ class Engine:
             updated_ms=batch.write.now_ms,
             held_by=held.by,
             held_kind=held.kind,
+            acked_by=acked.acked_by if acked else None,
+            acked_ms=acked.acked_ms if acked else None,
         )
         batch.rows[inc.incident_id] = new_row
         if resolved:
@@ -436,11 +443,13 @@ class Engine:
         """Posts the open incidents held back while muted that nothing mutes any more, in
         one transaction; how many. The service calls it between batches."""
         now_ms = self._now_ms()
+        self._silences.expire_resolved(now_ms)  # "until resolved": their incidents resolved
         muting = self.muting(now_ms)
         due = [
             row
             for row in self.open_incidents()
-            if row.held_by is not None and muting.reason(row.doc_type, row.severity) is None
+            if row.held_by is not None
+            and muting.reason(row.doc_type, row.severity, row.incident_id) is None
         ]
         if not due:
             return 0
@@ -466,6 +475,48 @@ class Engine:
         self._publish_open()
         return len(due)
 
+    def apply_acks(self, consumed_ms: int) -> int:
+        """Applies the acknowledgements recorded from Slack (``slack_actions.py``), in one
+        transaction with the notifications they cause; how many took effect. The service
+        calls it between batches. One of an incident that has resolved meanwhile, or was
+        acknowledged already, is marked so and does nothing."""
+        pending = self._acks.pending()
+        if not pending:
+            return 0
+        now_ms = self._now_ms()
+        batch = _Batch(BatchWrite(now_ms=now_ms), consumed_ms, self.muting(now_ms))
+        for ack in pending:
+            row = batch.rows.get(ack.incident_id) or self._open.get(ack.incident_id)
+            outcome = "resolved" if row is None else "already" if row.acked_by else "applied"
+            batch.write.statements.append(ack.applied(outcome, now_ms))
+            if row is None or row.acked_by:
+                continue
+            seq = row.next_seq
+            if row.held_by is None:  # people have heard of it: tell them who is on it
+                history = self._history(row.doc_type, now_ms)
+                url = self._settings.routing.dashboard_url(row.doc_type)
+                view = row_view(row, history, url)
+                view = replace(view, acked_by=ack.user_id, acked_name=ack.user_name)
+                payload = notification_payload(view, history)
+                seq = self._fanout.enqueue_change(
+                    batch.write, consumed_ms, row.incident_id, seq, "acknowledged", payload
+                )
+            batch.rows[row.incident_id] = replace(
+                row, next_seq=seq, acked_by=ack.user_id, acked_ms=ack.received_ms, updated_ms=now_ms
+            )
+            log.info(
+                "incident acknowledged",
+                extra={"incident_id": row.incident_id, "user_id": ack.user_id},
+            )
+        batch.write.incidents = list(batch.rows.values())
+        self._crash("ack_before_commit", "")
+        self._store.commit_batch(
+            batch.write, keep_verdict_ids=self._settings.alerting.recent_verdict_ids
+        )
+        for new_row in batch.rows.values():
+            self._set_open(new_row)
+        return len(batch.rows)
+
     def _progress(self, verdict: Verdict, changed: set[str], batch: _Batch) -> None:
         """Open incidents of this verdict's type that it keeps in breach (by each incident's
         rule: ``BreachLevels``): follow their peak, and post a progress update once
@@ -476,8 +527,12 @@ class Engine:
             row = self._open[incident_id]
             if self._levels.of(row.rule, verdict) == "none" or incident_id in changed:
                 continue
-            # Muted: no progress posts (they resume once nothing mutes it).
-            muted = row.held_by or batch.muting.reason(row.doc_type, row.severity)
+            # Muted or acknowledged: no progress posts (muted: they resume once nothing does).
+            muted = (
+                row.held_by
+                or row.acked_by
+                or batch.muting.reason(row.doc_type, row.severity, incident_id)
+            )
             record = dict(row.record)
             record["peak_mean_drift"] = max(float(record["peak_mean_drift"]), w.mean_drift)
             new_row = replace(row, record=record, updated_ms=batch.write.now_ms)
@@ -537,15 +592,5 @@ class Engine:
         if self.refit is not None:
             self.refit.close()
         self._silences.close()
+        self._acks.close()
         self._store.close()
-
-
-def refit_incident(history: RefitHistory, incident: Incident) -> None:
-    """An incident's span (or, resolved "adapted", its shift) for the refit history."""
-    history.incident(
-        incident.doc_type,
-        incident.incident_id,
-        first_breach_ms=incident.first_breach_ms,
-        resolved_at_ms=incident.resolved_at_ms,
-        resolution=incident.resolution,
-    )

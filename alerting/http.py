@@ -2,7 +2,8 @@
 process works: its threads are alive and the consumer loop turns) and ``/readyz`` (it can
 do its job: state restored, baselines loaded, verdict partitions assigned, Kafka reachable).
 Probes answer 200 or 503 with a small JSON body saying why. Under ``/api/``, the silences
-API (``silence_api.py``), when the service has one.
+API (``silence_api.py``), when the service has one; ``POST /slack/interactions``, the Slack
+app's button clicks (``slack_actions.py``), the same way.
 
 A stdlib threaded server on a daemon thread: the service is thread-based, and three GET
 routes and one small JSON API need no framework. Not prometheus_client's server (it answers
@@ -27,9 +28,11 @@ from anchorwatch.errors import AnchorwatchError
 log = logging.getLogger(__name__)
 
 Probe = Callable[[], tuple[bool, dict[str, Any]]]
-#: (method, path and query, headers, body) -> (status, content type, body): the silences API.
+#: (method, path and query, headers, body) -> (status, content type, body): the silences API,
+#: and Slack's interactions.
 Api = Callable[[str, str, Mapping[str, str], bytes], tuple[int, str, bytes]]
 API_PREFIX = "/api/"
+SLACK_PATH = "/slack/interactions"
 #: The largest request body read; a larger one is refused unread.
 MAX_BODY = 64 * 1024
 
@@ -43,6 +46,7 @@ class Endpoint:
         health: Probe,
         ready: Probe,
         api: Api | None = None,
+        slack: Api | None = None,
     ) -> None:
         routes: dict[str, Callable[[], tuple[int, str, bytes]]] = {
             "/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(registry)),
@@ -75,7 +79,10 @@ class Endpoint:
                 self._api()
 
             def _api(self) -> None:
-                if api is None or not self.path.startswith(API_PREFIX):
+                handler = api if self.path.startswith(API_PREFIX) else None
+                if self.path.split("?", 1)[0] == SLACK_PATH:
+                    handler = slack
+                if handler is None:
                     self._answer(404, "text/plain", b"not found\n")
                     return
                 try:
@@ -89,7 +96,7 @@ class Endpoint:
                 body = self.rfile.read(length)
                 try:
                     headers = {k.lower(): v for k, v in self.headers.items()}
-                    answer = api(self.command, self.path, headers, body)
+                    answer = handler(self.command, self.path, headers, body)
                 except Exception as exc:  # one bad call never takes the endpoint down
                     log.exception("api error")
                     answer = 500, "text/plain", f"{exc}\n".encode()

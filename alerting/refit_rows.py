@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Final
 
 from anchorwatch.errors import AnchorwatchError
-from anchorwatch.policy.refit import Row
+from anchorwatch.policy.incident_types import Incident
+from anchorwatch.policy.refit import RefitHistory, Row
 
 FILENAME: Final = "refit-windows.sqlite3"
 
@@ -143,3 +144,14 @@ class SqliteRows:
         """The file and its write-ahead log on disk."""
         wal = self.path.with_name(self.path.name + "-wal")
         return sum(p.stat().st_size for p in (self.path, wal) if p.exists())
+
+
+def refit_incident(history: RefitHistory, incident: Incident) -> None:
+    """An incident's span (or, resolved "adapted", its shift) for the refit history."""
+    history.incident(
+        incident.doc_type,
+        incident.incident_id,
+        first_breach_ms=incident.first_breach_ms,
+        resolved_at_ms=incident.resolved_at_ms,
+        resolution=incident.resolution,
+    )

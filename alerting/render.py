@@ -47,6 +47,10 @@ class IncidentView:
     # new centers.
     adapted_from: float | None = None
     adapted_to: float | None = None
+    # Acknowledged in Slack: the Slack user id (shown as a mention) and, in the change that
+    # acknowledges it, the user's name (for Jira).
+    acked_by: str | None = None
+    acked_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)  # slots: 30 per doc type are held, 10,000s of types

@@ -44,6 +44,7 @@ from anchorwatch.alerting.refit_rows import SqliteRows
 from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.silence_api import SilenceApi
+from anchorwatch.alerting.slack_actions import SlackInteractions
 from anchorwatch.alerting.store import IncidentListing, Store
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.policy.refit import RefitHistory, RefitSchedule
@@ -95,6 +96,7 @@ class AlertingService:
     REFRESH_EVERY_S = 30.0
     REFIT_CHECK_S = 30.0  # how often due refits are looked for
     RELEASE_EVERY_S = 5.0  # how often held incidents whose silence ended are looked for
+    ACKS_EVERY_S = 0.5  # how often acknowledgements recorded from Slack are looked for
 
     def __init__(
         self,
@@ -173,6 +175,10 @@ class AlertingService:
                 self.refitter = Refitter(s, self.engine, self.refit_metrics, clock=self._clock)
             token = a.token()
             api = SilenceApi(a.state_dir, token.get_secret_value() if token else None)
+            secret = s.slack.signing() if s.slack.buttons else None  # else: 404
+            slack = SlackInteractions(
+                a.state_dir, secret.get_secret_value() if secret else None, clock=self._clock
+            )
             self._endpoint = Endpoint(
                 a.metrics_host,
                 a.metrics_port,
@@ -180,6 +186,7 @@ class AlertingService:
                 self.health,
                 self.readiness,
                 api=api.handle,
+                slack=slack.handle,
             ).start()
             self._verdicts = VerdictConsumer(s, self.engine.offsets)
             self._baselines = BaselineConsumer(s, self.metrics.baselines.labels("invalid").inc)
@@ -252,7 +259,7 @@ class AlertingService:
         assert self._baselines is not None
         engine, verdicts, baselines = self.engine, self._verdicts, self._baselines
         a = self.settings.alerting
-        refreshed = pruned = released = 0.0
+        refreshed = pruned = released = acked = 0.0
         if engine.refit is not None:
             n = rebuild_refit_history(
                 self.settings, engine.refit, engine.store, int(self._clock() * 1000)
@@ -291,6 +298,10 @@ class AlertingService:
                 if engine.release_held(int(self._clock() * 1000)):
                     self._wake_senders()
                 released = now
+            if now - acked > self.ACKS_EVERY_S:
+                if engine.apply_acks(int(self._clock() * 1000)):
+                    self._wake_senders()
+                acked = now
             messages = verdicts.poll(a.batch_max, a.poll_timeout_s)
             if not messages:
                 continue

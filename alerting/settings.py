@@ -64,6 +64,12 @@ class SlackSection(Section):
     broadcast_resolution: bool = Field(
         True, description="Also show the resolution reply in the channel, not only the thread."
     )
+    signing_secret: SecretStr | None = Field(
+        None,
+        description="The Slack app's signing secret: turns on the buttons of the parent "
+        "message (bot mode) and POST /slack/interactions on the metrics port; unset, neither.",
+    )
+    signing_secret_file: Path | None = Field(None, description="File holding the signing secret.")
 
     @field_validator("api_url")
     @classmethod
@@ -77,6 +83,12 @@ class SlackSection(Section):
         )
         hook = one_secret(
             self.webhook_url, self.webhook_url_file, "webhook_url", "ANCHORWATCH_SLACK__WEBHOOK_URL"
+        )
+        one_secret(
+            self.signing_secret,
+            self.signing_secret_file,
+            "signing_secret",
+            "ANCHORWATCH_SLACK__SIGNING_SECRET",
         )
         if self.mode == "bot" and token is None:
             raise ValueError(
@@ -97,6 +109,17 @@ class SlackSection(Section):
 
     def webhook(self) -> SecretStr | None:
         return one_secret(self.webhook_url, self.webhook_url_file, "webhook_url", "")
+
+    def signing(self) -> SecretStr | None:
+        """The signing secret of Slack's interactivity requests (None: buttons off)."""
+        return one_secret(self.signing_secret, self.signing_secret_file, "signing_secret", "")
+
+    @property
+    def buttons(self) -> bool:
+        """Whether parent messages carry the Acknowledge and Silence buttons."""
+        return self.mode == "bot" and (
+            self.signing_secret is not None or self.signing_secret_file is not None
+        )
 
 
 def _default_priorities() -> dict[Severity, str]:

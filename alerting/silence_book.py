@@ -38,27 +38,26 @@ class SilenceBook:
         self._db.close()
 
     def add(self, silence: Silence) -> None:
-        marks = ", ".join("?" * len(_FIELDS))
         with self._db:
-            self._db.execute(
-                f"INSERT INTO silences ({', '.join(_FIELDS)}) VALUES ({marks})",  # noqa: S608
-                astuple(silence),
-            )
-        log.info(
-            "silence added",
-            extra={
-                "silence_id": silence.silence_id,
-                "doc_type": silence.doc_type,
-                "severity": silence.severity,
-                "ends_ms": silence.ends_ms,
-                "author": silence.author,
-                "reason": silence.reason,
-            },
-        )
+            insert_silence(self._db, silence)
+        log_added(silence)
 
     def get(self, silence_id: str) -> Silence | None:
         row = self._db.execute(_SELECT + " WHERE silence_id = ?", (silence_id,)).fetchone()
         return _silence(row) if row else None
+
+    def expire_resolved(self, now_ms: int) -> int:
+        """Ends the silences made "until resolved" whose incident has resolved; how many."""
+        with self._db:
+            ended = self._db.execute(
+                "UPDATE silences SET expired_ms = ?, expired_by = 'resolved' WHERE "
+                "incident_id IS NOT NULL AND ends_ms > ? AND expired_ms IS NULL AND incident_id "
+                "IN (SELECT incident_id FROM incidents WHERE state = 'resolved')",
+                (now_ms, now_ms),
+            ).rowcount
+        if ended:
+            log.info("silences ended: their incidents resolved", extra={"silences": ended})
+        return int(ended)
 
     def expire(self, silence_id: str, *, by: str, now_ms: int) -> Silence:
         """Ends a silence now; SilenceError if there is none of that id or it has ended."""
@@ -87,6 +86,30 @@ class SilenceBook:
         """Newest first, ended ones included."""
         rows = self._db.execute(_SELECT + " ORDER BY created_ms DESC LIMIT ?", (limit,))
         return [_silence(r) for r in rows.fetchall()]
+
+
+def insert_silence(db: sqlite3.Connection, silence: Silence) -> None:
+    """The INSERT of a silence, inside the caller's transaction."""
+    marks = ", ".join("?" * len(_FIELDS))
+    db.execute(
+        f"INSERT INTO silences ({', '.join(_FIELDS)}) VALUES ({marks})",  # noqa: S608
+        astuple(silence),
+    )
+
+
+def log_added(silence: Silence) -> None:
+    log.info(
+        "silence added",
+        extra={
+            "silence_id": silence.silence_id,
+            "doc_type": silence.doc_type,
+            "severity": silence.severity,
+            "ends_ms": silence.ends_ms,
+            "author": silence.author,
+            "reason": silence.reason,
+            "incident_id": silence.incident_id,
+        },
+    )
 
 
 def _silence(row: tuple[Any, ...]) -> Silence:

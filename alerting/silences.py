@@ -67,6 +67,9 @@ class Silence:
     created_ms: int
     expired_ms: int | None = None  # when expired by hand
     expired_by: str | None = None
+    # Made by Slack's "Silence until resolved": it mutes that incident alone, and the
+    # service ends it when the incident resolves (``SilenceBook.expire_resolved``).
+    incident_id: str | None = None
 
     @property
     def until_ms(self) -> int:
@@ -75,13 +78,17 @@ class Silence:
     def active(self, now_ms: int) -> bool:
         return self.starts_ms <= now_ms < self.until_ms
 
-    def matches(self, doc_type: str, severity: str) -> bool:
+    def matches(self, doc_type: str, severity: str, incident_id: str | None = None) -> bool:
+        if self.incident_id is not None and self.incident_id != incident_id:
+            return False
         return (self.doc_type is None or self.doc_type == doc_type) and (
             self.severity is None or self.severity == severity
         )
 
     def describe(self) -> str:
         scope = "every doc type" if self.doc_type is None else f"doc type {self.doc_type!r}"
+        if self.incident_id is not None:
+            scope += f", incident {self.incident_id} until it resolves"
         return f"silence {self.silence_id} ({scope})"
 
 
@@ -94,6 +101,7 @@ def new_silence(
     reason: str,
     author: str,
     now_ms: int,
+    incident_id: str | None = None,
 ) -> Silence:
     """A validated silence starting now; SilenceError names the field that is wrong."""
     if doc_type is None and not all_types:
@@ -133,6 +141,7 @@ def new_silence(
         author=author,
         reason=reason,
         created_ms=now_ms,
+        incident_id=incident_id,
     )
 
 
@@ -266,10 +275,10 @@ class Muting:
             now_ms,
         )
 
-    def reason(self, doc_type: str, severity: str) -> str | None:
-        """What mutes an incident of this type and severity now (None: nothing)."""
+    def reason(self, doc_type: str, severity: str, incident_id: str | None = None) -> str | None:
+        """What mutes an incident of this type and severity (and id) now (None: nothing)."""
         for silence in self.silences:
-            if silence.matches(doc_type, severity):
+            if silence.matches(doc_type, severity, incident_id):
                 return silence.describe()
         for window in self.windows:
             if window.matches(doc_type, severity):

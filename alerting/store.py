@@ -29,14 +29,14 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from anchorwatch.alerting.store_schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
+from anchorwatch.alerting.store_schema import DUE, MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from anchorwatch.errors import AnchorwatchError
 
 FILENAME: Final = "alerting.sqlite3"
 
 #: An integration's name (``integrations/registry.py`` holds them; the store does not care).
 Integration = str
-Action = Literal["open", "update", "resolve", "chart"]
+Action = Literal["open", "update", "resolve", "chart", "acknowledge"]
 #: Kinds of entry that go with the entry before them (an update's chart): superseded with
 #: it, and no reason to keep an earlier update.
 FOLLOW_UPS: Final = ("chart",)
@@ -78,6 +78,9 @@ class IncidentRow:
     # ("opened" or "reopened") once nothing does; None once posted.
     held_by: str | None = None
     held_kind: str | None = None
+    # Acknowledged in Slack (``slack_actions.py``): the Slack user id, and when.
+    acked_by: str | None = None
+    acked_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,8 @@ class BatchWrite:
     incidents: list[IncidentRow] = field(default_factory=list)
     outbox: list[NewEntry] = field(default_factory=list)
     meta: dict[str, str] = field(default_factory=dict)
+    #: Further statements of the same transaction (e.g. Slack actions marked applied).
+    statements: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -231,7 +236,12 @@ class Store:
                 )
             for version in range(int(row[0]), SCHEMA_VERSION):
                 for statement in MIGRATIONS[version]:
-                    self._db.execute(statement)
+                    try:
+                        self._db.execute(statement)
+                    except sqlite3.OperationalError as exc:
+                        # A table SCHEMA created just now has its newest columns already.
+                        if "duplicate column" not in str(exc):
+                            raise
             self._db.execute(
                 "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
             )
@@ -384,13 +394,15 @@ class Store:
                     for e in batch.outbox
                 ],
             )
+            for statement, params in batch.statements:
+                db.execute(statement, params)
 
     # ----------------------------------------------------------------- the outbox
 
     def due(self, integration: Integration, now_ms: int, limit: int) -> list[OutboxEntry]:
         """The next entries to send: per incident only its lowest unfinished seq, and only
         when that one is due. Oldest first."""
-        rows = self._db.execute(_DUE, (integration, now_ms, limit)).fetchall()
+        rows = self._db.execute(DUE, (integration, now_ms, limit)).fetchall()
         return [_entry(r) for r in rows]
 
     def next_due_ms(self, integration: Integration) -> int | None:
@@ -551,17 +563,9 @@ class Store:
 _INCIDENT_FIELDS = [f.name for f in fields(IncidentRow)]
 _ENTRY_FIELDS = [f.name for f in fields(OutboxEntry) if f.name != "refs"]
 #: Columns a new row of the same incident may change (the rest are set once).
-_CHANGING = (
-    "state",
-    "severity",
-    "resolved_at_ms",
-    "record",
-    "next_seq",
-    "last_update_window_ms",
-    "updated_ms",
-    "held_by",
-    "held_kind",
-)
+_CHANGING = [
+    f for f in _INCIDENT_FIELDS if f not in ("incident_id", "doc_type", "rule", "opened_at_ms")
+]
 _UPSERT_INCIDENT = (
     f"INSERT INTO incidents ({', '.join(_INCIDENT_FIELDS)}) "  # noqa: S608  (our own names)
     f"VALUES ({', '.join('?' * len(_INCIDENT_FIELDS))}) ON CONFLICT (incident_id) DO UPDATE "
@@ -573,16 +577,6 @@ _LIST_INCIDENTS = (
     "jira_last_comment_ms FROM incidents {where} "
     "ORDER BY state = 'open' DESC, updated_ms DESC LIMIT ?"
 )
-#: Per integration, the lowest unfinished seq of each incident, when due.
-_DUE = (
-    "SELECT o.id, o.incident_id, i.doc_type, o.seq, o.integration, o.action, o.kind, "
-    "o.payload, o.status, o.attempts, o.consumed_ms, o.first_attempt_ms, i.slack_channel, "
-    "i.slack_ts, i.jira_key, i.jira_last_comment_ms FROM outbox o JOIN incidents i "
-    "USING (incident_id) WHERE o.integration = ? AND o.status IN ('pending', 'attempting') "
-    "AND o.next_attempt_ms <= ? AND o.seq = (SELECT MIN(seq) FROM outbox h "
-    "WHERE h.integration = o.integration AND h.incident_id = o.incident_id "
-    "AND h.status IN ('pending', 'attempting')) ORDER BY o.id LIMIT ?"
-)
 
 
 def _incident(r: tuple[Any, ...]) -> IncidentRow:
@@ -593,7 +587,7 @@ def _incident(r: tuple[Any, ...]) -> IncidentRow:
 
 
 def _entry(r: tuple[Any, ...]) -> OutboxEntry:
-    """A row of ``_DUE`` (the columns in the entry's order, its payload JSON, the
+    """A row of ``DUE`` (the columns in the entry's order, its payload JSON, the
     references last)."""
     values = dict(zip(_ENTRY_FIELDS, r, strict=False))
     values["payload"] = orjson.loads(values["payload"])

@@ -4,8 +4,11 @@ next verdict offset per partition), ``tracker_state`` (the detector's state per 
 ``doc_types`` (each type's high-water mark, recent windows and partition),
 ``recent_verdicts`` (ids, to tell replays from late verdicts), ``incidents`` (with where
 each lives in Slack and Jira, and what holds back the posts of one opened while muted),
-``outbox`` (one row per incident, seq and integration) and ``silences`` (see
-``silences.py``).
+``outbox`` (one row per incident, seq and integration), ``silences`` (see
+``silences.py``; one made by Slack's "Silence until resolved" names its incident),
+``slack_actions`` (acknowledgements from Slack's buttons, recorded by the HTTP thread and
+applied by the engine) and ``slack_signatures`` (signed Slack requests seen in the last 10
+minutes, to refuse a replay; see ``slack_actions.py``).
 
 A file of an older schema is brought up to date at start, in one transaction, by the steps
 of ``MIGRATIONS`` (version -> the statements that make it the next one).
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -59,7 +62,9 @@ CREATE TABLE IF NOT EXISTS incidents (
     jira_key TEXT,
     jira_last_comment_ms INTEGER,
     held_by TEXT,
-    held_kind TEXT
+    held_kind TEXT,
+    acked_by TEXT,
+    acked_ms INTEGER
 );
 CREATE INDEX IF NOT EXISTS incidents_state ON incidents (state, updated_ms);
 CREATE TABLE IF NOT EXISTS outbox (
@@ -93,7 +98,23 @@ CREATE TABLE IF NOT EXISTS silences (
     reason TEXT NOT NULL,
     created_ms INTEGER NOT NULL,
     expired_ms INTEGER,
-    expired_by TEXT
+    expired_by TEXT,
+    incident_id TEXT
+);
+CREATE TABLE IF NOT EXISTS slack_actions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    incident_id TEXT NOT NULL,
+    action TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    user_name TEXT NOT NULL,
+    received_ms INTEGER NOT NULL,
+    applied_ms INTEGER,
+    outcome TEXT
+);
+CREATE INDEX IF NOT EXISTS slack_actions_pending ON slack_actions (id) WHERE applied_ms IS NULL;
+CREATE TABLE IF NOT EXISTS slack_signatures (
+    signature TEXT PRIMARY KEY,
+    seen_ms INTEGER NOT NULL
 );
 """
 
@@ -103,4 +124,22 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "ALTER TABLE incidents ADD COLUMN held_by TEXT",
         "ALTER TABLE incidents ADD COLUMN held_kind TEXT",
     ),
+    # The new tables come with SCHEMA (CREATE ... IF NOT EXISTS); a column already there
+    # (its table made by SCHEMA just now) is left as it is.
+    2: (
+        "ALTER TABLE incidents ADD COLUMN acked_by TEXT",
+        "ALTER TABLE incidents ADD COLUMN acked_ms INTEGER",
+        "ALTER TABLE silences ADD COLUMN incident_id TEXT",
+    ),
 }
+
+#: Per integration, the lowest unfinished seq of each incident, when due (``Store.due``).
+DUE: Final = (
+    "SELECT o.id, o.incident_id, i.doc_type, o.seq, o.integration, o.action, o.kind, "
+    "o.payload, o.status, o.attempts, o.consumed_ms, o.first_attempt_ms, i.slack_channel, "
+    "i.slack_ts, i.jira_key, i.jira_last_comment_ms FROM outbox o JOIN incidents i "
+    "USING (incident_id) WHERE o.integration = ? AND o.status IN ('pending', 'attempting') "
+    "AND o.next_attempt_ms <= ? AND o.seq = (SELECT MIN(seq) FROM outbox h "
+    "WHERE h.integration = o.integration AND h.incident_id = o.incident_id "
+    "AND h.status IN ('pending', 'attempting')) ORDER BY o.id LIMIT ?"
+)

@@ -80,4 +80,5 @@ def row_view(
         baseline_version=row.record.get("baseline_version"),
         peak_mean_drift=float(row.record["peak_mean_drift"]),
         dashboard_url=dashboard_url,
+        acked_by=row.acked_by,
     )

@@ -40,6 +40,20 @@ _STYLE = (
     "form.filters{margin:.5em 0 1em}form.filters *{margin-right:.6em}"
     ".desc{background:#fafbfc;border:1px solid #dfe1e6;padding:.5em 1em;border-radius:4px}"
     ".comment{border-top:1px solid #eee;padding:.5em 0}"
+    ".actions{margin:.4em 0}.actions button{margin-right:.5em;padding:.3em .8em;cursor:pointer;"
+    "border:1px solid #bbb;border-radius:4px;background:#fff}"
+    ".actions button.primary{background:#007a5a;color:#fff;border-color:#007a5a}"
+    ".click-result{color:#616061;font-size:.85em}"
+)
+
+#: Clicking a button: the local Slack sends it on, signed (``slack_interactions.py``); the
+#: answer is shown, and the page reloads to show what the app did.
+_CLICK_SCRIPT = (
+    "<script>function awClick(b){const r=b.closest('.thread').querySelector('.click-result');"
+    "fetch('/_local/click',{method:'POST',headers:{'Content-Type':'application/json'},"
+    "body:JSON.stringify({channel:b.dataset.channel,ts:b.dataset.ts,action_id:b.dataset.action})"
+    "}).then(x=>x.json()).then(j=>{const a=j.answer||{};r.textContent=(a.text||a.error||j.error"
+    "||'')+' ('+(j.status||'refused')+')';setTimeout(()=>location.reload(),1500);});}</script>"
 )
 
 
@@ -55,6 +69,7 @@ def _page(title: str, header: str, body: str, *, jira: bool = False) -> str:
 # --------------------------------------------------------------------------- Slack
 
 _LINK = re.compile(r"<(https?://[^|>\s]+)(?:\|([^>]*))?>")
+_MENTION = re.compile(r"<@([UW][A-Z0-9]+)>")
 
 
 def _inline(text: str) -> str:
@@ -65,7 +80,9 @@ def _inline(text: str) -> str:
 
 
 def mrkdwn(text: str) -> str:
-    """Slack mrkdwn as HTML: links (<url|text>), code, bold; everything else escaped."""
+    """Slack mrkdwn as HTML: links (<url|text>), user mentions (<@U123> as @U123), code,
+    bold; everything else escaped."""
+    text = _MENTION.sub(r"@\1", text)
     parts, last = [], 0
     for m in _LINK.finditer(text):
         parts.append(_inline(text[last : m.start()]))
@@ -86,14 +103,41 @@ def _block_texts(blocks: Sequence[Any]) -> list[str]:
         fields = [str(f.get("text", "")) for f in block.get("fields", []) if isinstance(f, dict)]
         if fields:
             texts.append("\n".join(fields))
+        if block.get("type") == "actions":
+            continue  # buttons: drawn by _buttons_html
         elements = block.get("elements", [])
         texts += [str(e.get("text", "")) for e in elements if isinstance(e, dict) and "text" in e]
     return texts
 
 
-def _message_html(m: dict[str, Any]) -> str:
+def _buttons_html(m: dict[str, Any], live: bool) -> str:
+    """The buttons of a message's actions blocks (``live``: clicks are sent on)."""
+    out = []
+    for block in m.get("blocks") or []:
+        if not isinstance(block, dict) or block.get("type") != "actions":
+            continue
+        for e in block.get("elements") or []:
+            if not isinstance(e, dict) or e.get("type") != "button":
+                continue
+            text = e.get("text")
+            label = str(text.get("text", "")) if isinstance(text, dict) else str(text or "")
+            attrs = " ".join(
+                f"data-{k}='{html.escape(str(v), quote=True)}'"
+                for k, v in (("action", e.get("action_id")), ("channel", m.get("channel")),
+                             ("ts", m.get("ts")))
+            )  # fmt: skip
+            klass = f"button {html.escape(str(e.get('style') or ''), quote=True)}".strip()
+            click = " onclick='awClick(this)'" if live else " disabled"
+            out.append(f"<button class='{klass}' {attrs}{click}>{html.escape(label)}</button>")
+    if not out:
+        return ""
+    return f"<div class='actions'>{''.join(out)}<span class='click-result'></span></div>"
+
+
+def _message_html(m: dict[str, Any], live: bool = False) -> str:
     texts = _block_texts(m.get("blocks") or []) or [str(m.get("text") or "")]
-    return "".join(f"<div class='msg'>{mrkdwn(t)}</div>" for t in texts if t)
+    shown = "".join(f"<div class='msg'>{mrkdwn(t)}</div>" for t in texts if t)
+    return shown + _buttons_html(m, live)
 
 
 def _when(ts: str) -> str:
@@ -112,8 +156,10 @@ def slack_page(
     *,
     channel: str | None = None,
     focus_ts: str | None = None,
+    buttons: bool = False,
 ) -> str:
-    """The channel view: threads of ``channel`` (default: the first with messages)."""
+    """The channel view: threads of ``channel`` (default: the first with messages);
+    ``buttons``: the parents' buttons send their clicks on (else they are drawn disabled)."""
     channels = list(dict.fromkeys(m["channel"] for m in messages))
     channel = channel if channel in channels else (channels[0] if channels else None)
     nav = "".join(
@@ -162,13 +208,15 @@ def slack_page(
             f"<article class='thread{focus}' id='p{html.escape(ts.replace('.', ''))}' "
             f"data-ts='{html.escape(ts)}'><div class='parent'><div class='meta'>anchorwatch · "
             f"{_when(ts)} <span class='state {state}'>{state}</span> · {len(kids)} "
-            f"{'reply' if len(kids) == 1 else 'replies'}</div>{_message_html(parent)}{edited}"
+            f"{'reply' if len(kids) == 1 else 'replies'}</div>"
+            f"{_message_html(parent, buttons)}{edited}"
             f"</div><div class='replies'>{''.join(items)}</div></article>"
         )
     name = channel_names.get(channel, channel)
     body = f"<section><h2># {html.escape(name.lstrip('#'))}</h2>{''.join(threads)}</section>"
+    script = _CLICK_SCRIPT if buttons else ""
     return _page(f"#{name.lstrip('#')} · local Slack", "local Slack",
-                 f"<main><nav>{nav}</nav>{body}</main>")  # fmt: skip
+                 f"<main><nav>{nav}</nav>{body}</main>{script}")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- Jira

@@ -16,6 +16,10 @@ bytes), ``/_local/requests``; a page for people at ``GET /`` (see ``pages.py``).
 injection (see ``server.py``): ``POST /_local/faults`` with ``{"method": "chat.postMessage",
 "status": 429, "retry_after": 1, "times": 2}`` (``method`` also ``webhook``, ``upload``;
 ``error`` for a 200 ``ok:false``), ``DELETE /_local/faults``, ``POST /_local/reset``.
+
+Buttons: with ``interactivity_url`` and ``signing_secret`` the page's buttons work: a click
+(``POST /_local/click``) is posted, signed, to that URL as Slack does
+(``slack_interactions.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 
 from anchorwatch.alerting.fakes.pages import slack_page
 from anchorwatch.alerting.fakes.server import Fault, LocalServer, Request, Response, form_or_json
+from anchorwatch.alerting.fakes.slack_interactions import block_actions_body, send_click
 
 # --------------------------------------------------------------------------- Slack
 
@@ -61,9 +66,20 @@ def _blocks_error(blocks: Any) -> str | None:
 
 
 class LocalSlack(LocalServer):
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        *,
+        interactivity_url: str | None = None,
+        signing_secret: str | None = None,
+    ) -> None:
         super().__init__(host, port)
         self.token = token  # when set, every Web API call must present exactly this token
+        # Where the buttons' clicks go, signed with this secret (both: the buttons work).
+        self.interactivity_url = interactivity_url
+        self.signing_secret = signing_secret
         self._ts = itertools.count(1)
         self._file_ids = itertools.count(1)
         self.messages: list[dict[str, Any]] = []
@@ -435,8 +451,33 @@ class LocalSlack(LocalServer):
 
     # ----------------------------------------------------------------- inspection
 
+    def _click(self, request: Request) -> Response:
+        """A button clicked on the page, sent on to the app as Slack sends it."""
+        try:
+            given = request.json()
+            channel, ts, action_id = (str(given[k]) for k in ("channel", "ts", "action_id"))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            return Response.json({"ok": False, "error": "channel, ts and action_id needed"}, 400)
+        if not self.interactivity_url or not self.signing_secret:
+            return Response.json(
+                {"ok": False, "error": "no interactivity URL and signing secret: start "
+                 "local-slack with --interactivity-url and --signing-secret"}, 409,
+            )  # fmt: skip
+        with self.lock:
+            message = self._find(channel, ts)
+            name = self.channel_names.get(channel, channel)
+            body = block_actions_body(message, name, action_id, self.url) if message else None
+        if body is None:
+            return Response.json({"ok": False, "error": "no such button on that message"}, 404)
+        status, answer = send_click(self.interactivity_url, self.signing_secret, body)
+        with self.lock:
+            self._record("interactivity", status, None if status < 300 else str(answer)[:300])
+        return Response.json({"status": status, "answer": answer})
+
     def _local(self, request: Request) -> Response:
         path = request.path
+        if path == "/_local/click" and request.method == "POST":
+            return self._click(request)  # unlocked: the app may call back meanwhile
         with self.lock:
             if path == "/_local/messages":
                 return Response.json({"messages": self.messages})
@@ -476,7 +517,13 @@ class LocalSlack(LocalServer):
         if len(parts) > 2 and parts[2][:1] == "p" and parts[2][1:].isdigit() and len(parts[2]) > 7:
             digits = parts[2][1:]
             focus = f"{digits[:-6]}.{digits[-6:]}"
-        return slack_page(messages, names, channel=channel, focus_ts=focus)
+        return slack_page(
+            messages,
+            names,
+            channel=channel,
+            focus_ts=focus,
+            buttons=bool(self.interactivity_url and self.signing_secret),
+        )
 
 
 def _attachments_text(attachments: list[dict[str, object]]) -> str:

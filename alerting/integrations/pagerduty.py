@@ -13,9 +13,9 @@ acknowledge) of a key with no open alert is accepted and does nothing. So an ent
 cut off between PagerDuty's answer and the outbox's "done" is simply sent again.
 
 The routing key is a secret: it is added to the event as it is sent, never stored in the
-outbox, never logged, and left out of what a dry run shows. ``acknowledge`` is built and
-sent like the others, but no incident change asks for it yet (nothing in anchorwatch says
-that someone is on it).
+outbox, never logged, and left out of what a dry run shows. ``acknowledge`` goes out when
+someone acknowledges the incident in Slack (``slack_actions.py``), under the same key, when
+the incident was paged (its severity routed, as for the resolve).
 """
 
 from __future__ import annotations
@@ -45,7 +45,11 @@ from anchorwatch.alerting.store import OutboxEntry
 SERVICE: Final = "pagerduty"
 EventAction = Literal["trigger", "acknowledge", "resolve"]
 #: The outbox action each entry carries, as the event action it is sent as.
-EVENT_ACTIONS: Final[dict[str, EventAction]] = {"open": "trigger", "resolve": "resolve"}
+EVENT_ACTIONS: Final[dict[str, EventAction]] = {
+    "open": "trigger",
+    "acknowledge": "acknowledge",
+    "resolve": "resolve",
+}
 #: PagerDuty's own limits: the summary's length, and the reasons kept in the details.
 SUMMARY_MAX: Final = 1024
 REASONS_MAX: Final = 10
@@ -158,7 +162,13 @@ def describe(settings: AlertingSettings, entry: OutboxEntry) -> dict[str, Any]:
 PAGERDUTY = Integration(
     name=SERVICE,
     # Paged at the first routed severity: the opening, or the escalation to critical.
-    actions={"opened": "open", "reopened": "open", "updated": "open", "resolved": "resolve"},
+    actions={
+        "opened": "open",
+        "reopened": "open",
+        "updated": "open",
+        "resolved": "resolve",
+        "acknowledged": "acknowledge",
+    },
     routes=lambda settings, kind, payload: routes(
         settings.pagerduty.severities, kind, payload, escalations=False
     ),

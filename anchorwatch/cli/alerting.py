@@ -187,12 +187,37 @@ def _bind(cls: Any, host: str, port: int, **kwargs: Any) -> Any:
 @click.option(
     "--token", default=None, help="Accept only this bot token. [default: any non-empty token]"
 )
-def local_slack(host: str, port: int, token: str | None) -> None:
+@click.option(
+    "--interactivity-url",
+    default=None,
+    help="Where the page's buttons send their clicks, as Slack does (the service's "
+    "http://HOST:9465/slack/interactions).",
+)
+@click.option(
+    "--signing-secret",
+    default=None,
+    envvar="ANCHORWATCH_SLACK__SIGNING_SECRET",
+    help="Signs the clicks (the service's slack.signing_secret).",
+)
+def local_slack(
+    host: str,
+    port: int,
+    token: str | None,
+    interactivity_url: str | None,
+    signing_secret: str | None,
+) -> None:
     """Run a local Slack (Web API + incoming webhook) that records what it receives; see
     the messages at http://HOST:PORT/ ."""
     from anchorwatch.alerting.fakes.slack import LocalSlack
 
-    server = _bind(LocalSlack, host, port, token=token)
+    server = _bind(
+        LocalSlack,
+        host,
+        port,
+        token=token,
+        interactivity_url=interactivity_url,
+        signing_secret=signing_secret,
+    )
     _serve(
         server,
         [

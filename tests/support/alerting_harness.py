@@ -154,7 +154,9 @@ class Harness:
         if s.slack.mode == "webhook":
             return SlackWebhookSender(SlackWebhookNotifier.from_settings(s.slack, caller))
         client = WebClient(token=SLACK_TOKEN, base_url=s.slack.api_url, retry_handlers=[])
-        notifier = SlackNotifier(client, s.routing, caller, chart_renderer=lambda p, t: PNG)
+        notifier = SlackNotifier(
+            client, s.routing, caller, chart_renderer=lambda p, t: PNG, buttons=s.slack.buttons
+        )
         return SlackSender(notifier, s.routing)
 
     def restart(self) -> None:

@@ -262,6 +262,10 @@ class JiraNotifier:
                 log.error("jira priority not updated", extra={"key": key, "error": str(error)})
         return True
 
+    def add_comment(self, key: str, body: str) -> None:
+        """A comment as it is, whatever the comment interval (an acknowledgement)."""
+        self._call("comment", lambda c: c.add_comment(key, body))
+
     # ----------------------------------------------------------------- resolve
 
     def resolve(self, key: str, incident: IncidentView) -> JiraResolveResult:

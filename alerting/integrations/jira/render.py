@@ -222,3 +222,10 @@ def jira_resolved_comment(view: IncidentView) -> str:
         f"{w.mean_drift:.3f} (threshold {view.threshold:.3f}) in {window_span(w)}. "
         f"Peak mean drift was {view.peak_mean_drift:.3f}."
     )
+
+
+def jira_ack_comment(view: IncidentView) -> str:
+    """Who acknowledged the incident in Slack (their name and Slack user id, shown literally)."""
+    name = jira_escape(truncate(view.acked_name or view.acked_by or "someone", 200))
+    who = f"{name} (Slack user {jira_escape(view.acked_by or '?')})"
+    return f"Acknowledged by {who} in Slack: no more progress updates are posted."

@@ -16,6 +16,7 @@ from typing import Any
 from anchorwatch.alerting.integrations.base import Delivered, Integration, Sender, missing
 from anchorwatch.alerting.integrations.jira.notifier import JiraNotifier, connect
 from anchorwatch.alerting.integrations.jira.render import (
+    jira_ack_comment,
     jira_description,
     jira_labels,
     jira_resolved_comment,
@@ -75,6 +76,9 @@ class JiraSender(Sender):
             if self._notifier.comment(key, note.view, last_comment_ms=last):
                 return Delivered("sent", {"jira_last_comment_ms": self._clock_ms()})
             return Delivered("suppressed")
+        if entry.action == "acknowledge":
+            self._notifier.add_comment(key, jira_ack_comment(note.view))
+            return Delivered("sent")
         result = self._notifier.resolve(key, note.view)
         if result.error:
             raise missing("jira", "resolve", result.error)
@@ -91,6 +95,9 @@ class JiraSender(Sender):
             if any(_same_text(b, wanted) for b in bodies):
                 return Delivered("reconciled", {"jira_last_comment_ms": self._clock_ms()})
             return None
+        if entry.action == "acknowledge":
+            wanted = jira_ack_comment(note.view)
+            return Delivered("reconciled") if any(_same_text(b, wanted) for b in bodies) else None
         if self._notifier.is_resolved(key):
             return Delivered("reconciled")
         if not any(_same_text(b, jira_resolved_comment(note.view)) for b in bodies):
@@ -113,6 +120,8 @@ def describe(settings: AlertingSettings, entry: OutboxEntry) -> dict[str, Any]:
         }
     if entry.action == "update":
         return {"comment": jira_update_comment(view), "forced": note.force_comment}
+    if entry.action == "acknowledge":
+        return {"comment": jira_ack_comment(view)}
     return {"comment": jira_resolved_comment(view), "transition": jira.resolve_transition}
 
 
@@ -125,6 +134,7 @@ JIRA = Integration(
         "updated": "update",
         "progress": "update",
         "resolved": "resolve",
+        "acknowledged": "acknowledge",  # a comment naming who
     },
     then={"reopened": "updated"},
     enabled=lambda settings: settings.jira.enabled,

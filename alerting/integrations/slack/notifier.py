@@ -35,6 +35,7 @@ from slack_sdk.webhook import WebhookClient
 from anchorwatch.alerting.integrations.slack.chart import chart_alt_text, chart_title, render_chart
 from anchorwatch.alerting.integrations.slack.render import (
     SlackMessage,
+    slack_acknowledged,
     slack_parent,
     slack_resolved,
     slack_update,
@@ -130,8 +131,10 @@ class SlackNotifier:
         chart_windows: int = 30,
         broadcast_resolution: bool = True,
         chart_renderer: ChartRenderer | None = None,
+        buttons: bool = False,
     ) -> None:
         self._client = client
+        self._buttons = buttons  # the parent's Acknowledge and Silence buttons
         self._routing = routing
         self._retry = retry
         self._charts = charts
@@ -151,6 +154,7 @@ class SlackNotifier:
             charts=slack.charts,
             chart_windows=slack.chart_windows,
             broadcast_resolution=slack.broadcast_resolution,
+            buttons=slack.buttons,
         )
 
     def _call(self, operation: str, fn: Callable[[], SlackResponse]) -> SlackResponse:
@@ -179,7 +183,7 @@ class SlackNotifier:
         channel = self._routing.channel_for(incident.doc_type, incident.severity)
         response = self._post(
             channel,
-            slack_parent(incident),
+            slack_parent(incident, buttons=self._buttons),
             metadata={
                 "event_type": "anchorwatch_incident",
                 "event_payload": {"incident_label": incident_label(incident.incident_id)},
@@ -229,10 +233,17 @@ class SlackNotifier:
         problems = (str(error),) if error is not None else ()
         return SlackResult(str(reply["ts"]), error is None, False, problems, error)
 
+    def acknowledge(self, ref: SlackRef, incident: IncidentView) -> SlackResult:
+        """Who acknowledged it, as a reply, then the parent edited (it names them)."""
+        reply = self._post(ref.channel, slack_acknowledged(incident), thread_ts=ref.ts)
+        error = self.edit_parent(ref, incident)
+        problems = (str(error),) if error is not None else ()
+        return SlackResult(str(reply["ts"]), error is None, False, problems, error)
+
     def edit_parent(self, ref: SlackRef, incident: IncidentView) -> NotifyError | None:
         """Show the incident's current state in its parent message (an edit is idempotent).
         A failure is logged and returned, not raised: the reply before it is what counts."""
-        message = slack_parent(incident)
+        message = slack_parent(incident, buttons=self._buttons)
         try:
             self._call(
                 "chat.update",

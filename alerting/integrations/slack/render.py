@@ -19,7 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slack_sdk.models.blocks import Block, ContextBlock, MarkdownTextObject, SectionBlock
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ButtonElement,
+    ContextBlock,
+    MarkdownTextObject,
+    SectionBlock,
+)
 
 from anchorwatch.alerting.render import (
     IncidentView,
@@ -39,6 +46,10 @@ from anchorwatch.contracts import Reason
 SLACK_SECTION_MAX = 3_000
 SLACK_FIELD_MAX = 2_000
 SLACK_TEXT_MAX = 40_000
+#: The buttons of an open incident's parent (``slack_actions.py`` answers them).
+ACK = "anchorwatch_ack"
+SILENCE_1H = "anchorwatch_silence_1h"
+SILENCE_RESOLVED = "anchorwatch_silence_resolved"
 
 
 @dataclass(frozen=True)
@@ -76,8 +87,33 @@ _STATE_ICON = {
 }
 
 
-def slack_parent(view: IncidentView) -> SlackMessage:
-    """The incident's parent message, edited in place to show the current state."""
+def slack_mention(user_id: str) -> str:
+    """A Slack user as Slack shows one (the ids are checked where they come in)."""
+    return f"<@{slack_escape(user_id)}>"
+
+
+def _buttons(view: IncidentView) -> ActionsBlock:
+    """Acknowledge (until someone has), Silence 1 h, Silence until resolved; the value is
+    the incident id."""
+    buttons: list[tuple[str, str, str | None]] = []
+    if not view.acked_by:
+        buttons.append((ACK, "Acknowledge", "primary"))
+    buttons += [
+        (SILENCE_1H, "Silence 1 h", None),
+        (SILENCE_RESOLVED, "Silence until resolved", None),
+    ]
+    return ActionsBlock(
+        block_id="anchorwatch_actions",
+        elements=[
+            ButtonElement(text=text, action_id=action, value=view.incident_id, style=style)
+            for action, text, style in buttons
+        ],
+    )
+
+
+def slack_parent(view: IncidentView, *, buttons: bool = False) -> SlackMessage:
+    """The incident's parent message, edited in place to show the current state; with
+    ``buttons`` (a signing secret is set) an open one carries the incident's buttons."""
     w = view.window
     icon = _STATE_ICON[view.state]
     sev = view.severity.upper()
@@ -102,6 +138,14 @@ def slack_parent(view: IncidentView) -> SlackMessage:
     if link := slack_link(view.dashboard_url, "dashboard"):
         context.append(link)
     blocks.append(ContextBlock(elements=[_mrkdwn(" · ".join(context))]))
+    if view.acked_by:
+        blocks.append(
+            ContextBlock(
+                elements=[_mrkdwn(f":eyes: Acknowledged by {slack_mention(view.acked_by)}")]
+            )
+        )
+    if buttons and view.state != "resolved":
+        blocks.append(_buttons(view))
     state = "resolved" if view.state == "resolved" else "open"
     text = (
         f"[{sev}] {title}: {slack_literal(view.doc_type)} mean drift {w.mean_drift:.3f} "
@@ -125,6 +169,16 @@ def slack_update(view: IncidentView) -> SlackMessage:
         f"Update {slack_literal(view.doc_type)}: mean drift {w.mean_drift:.3f} in {window_span(w)}"
     )
     return SlackMessage(text, _wire(blocks))
+
+
+def slack_acknowledged(view: IncidentView) -> SlackMessage:
+    """The thread reply saying who acknowledged it (``view.acked_by``)."""
+    who = slack_mention(view.acked_by or "?")
+    line = (
+        f":eyes: *Acknowledged* by {who}: no more progress updates; an escalation and the "
+        "resolution are still posted."
+    )
+    return SlackMessage(f"Acknowledged by {who}", _wire([_section(line)]))
 
 
 def slack_resolved(view: IncidentView) -> SlackMessage:

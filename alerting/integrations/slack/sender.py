@@ -33,6 +33,7 @@ from anchorwatch.alerting.integrations.slack.notifier import (
 )
 from anchorwatch.alerting.integrations.slack.render import (
     SlackMessage,
+    slack_acknowledged,
     slack_parent,
     slack_resolved,
     slack_update,
@@ -45,7 +46,12 @@ from anchorwatch.alerting.store import OutboxEntry, Store
 
 log = logging.getLogger(__name__)
 
-RENDER = {"open": slack_parent, "update": slack_update, "resolve": slack_resolved}
+RENDER = {
+    "open": slack_parent,
+    "update": slack_update,
+    "resolve": slack_resolved,
+    "acknowledge": slack_acknowledged,
+}
 
 
 def message_signature(text: Any, blocks: Any) -> tuple[str, tuple[str, ...]]:
@@ -141,6 +147,8 @@ class SlackSender(Sender):
         if entry.action == "update":
             # The chart follows as its own entry.
             result = self._notifier.update(ref, note.view, chart=False)
+        elif entry.action == "acknowledge":
+            result = self._notifier.acknowledge(ref, note.view)
         else:
             result = self._notifier.resolve(ref, note.view)
         if result.problems:
@@ -237,9 +245,9 @@ class SlackWebhookSender(Sender):
         if entry.action == "chart":  # left from bot mode: a webhook cannot upload files
             return Delivered("suppressed")
         view = Note.of(entry).view
-        {"open": self._notifier.open, "update": self._notifier.update}.get(
-            entry.action, self._notifier.resolve
-        )(view)
+        send = {"open": self._notifier.open, "update": self._notifier.update}
+        send["acknowledge"] = self._notifier.update  # one full-state message, naming who
+        send.get(entry.action, self._notifier.resolve)(view)
         return Delivered("sent")
 
 
@@ -253,6 +261,8 @@ def describe(settings: AlertingSettings, entry: OutboxEntry) -> dict[str, Any]:
         name = chart_filename(incident_label(view.incident_id), points, entry.seq)
         return {"chart": name, "windows": len(points)}
     message = RENDER[entry.action](view)
+    if entry.action == "open":
+        message = slack_parent(view, buttons=settings.slack.buttons)
     out: dict[str, Any] = {"text": message.text, "blocks": message.blocks}
     if entry.action == "open":
         out["channel"] = settings.routing.channel_for(view.doc_type, view.severity)
@@ -280,6 +290,7 @@ SLACK = Integration(
         "progress": "update",
         "resolved": "resolve",
         "chart": "chart",
+        "acknowledged": "acknowledge",  # a reply naming who, and the parent edited
     },
     then={"reopened": "chart", "updated": "chart", "progress": "chart"},
     then_if=_charts,

@@ -12,7 +12,7 @@ from anchorwatch.alerting.integrations import registry
 from anchorwatch.alerting.service import AlertingService
 from anchorwatch.alerting.settings import AlertingSettings
 
-KINDS = {"opened", "reopened", "updated", "progress", "resolved"}
+KINDS = {"opened", "reopened", "updated", "progress", "resolved", "acknowledged"}
 FOLLOW_UPS = {"chart"}  # entries an integration writes after a change's own
 
 
@@ -37,13 +37,22 @@ def test_the_settings_turn_integrations_on(tmp_path: Path) -> None:
 def test_every_integration_acts_on_known_kinds_with_known_actions() -> None:
     for integration in registry.INTEGRATIONS:
         assert set(integration.actions) <= KINDS | FOLLOW_UPS, integration.name
-        assert set(integration.actions.values()) <= {"open", "update", "resolve", "chart"}
+        assert set(integration.actions.values()) <= {
+            "open",
+            "update",
+            "resolve",
+            "chart",
+            "acknowledge",
+        }
         assert set(integration.then) <= set(integration.actions)
         assert set(integration.then.values()) <= set(integration.actions)
         # A follow-up is written only after a change, never for one.
         assert not FOLLOW_UPS & set(integration.then)
     # Progress updates are for people, not for the drift-events topic.
     assert "progress" not in registry.BY_NAME["events"].actions
+    # An acknowledgement is for people and pagers (Slack, Jira, PagerDuty), not downstream.
+    acks = {i.name for i in registry.INTEGRATIONS if "acknowledged" in i.actions}
+    assert acks == {"slack", "jira", "pagerduty"}
     assert registry.BY_NAME["jira"].then == {"reopened": "updated"}
     # Every Slack update in a thread is followed by its chart.
     slack = registry.BY_NAME["slack"]

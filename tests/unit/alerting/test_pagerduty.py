@@ -294,8 +294,8 @@ def test_the_routing_key_is_never_stored_logged_or_shown(
 def test_an_acknowledge_is_sent_as_pagerduty_takes_it(
     tmp_path: Path, pagerduty: LocalPagerDuty, clock: ManualClock
 ) -> None:
-    """No incident change asks for one yet; the sender's event builder and the local
-    PagerDuty know it."""
+    """As an acknowledgement in Slack sends it (test_slack_actions.py): the sender's event
+    builder and the local PagerDuty know it."""
     h = _harness(tmp_path, pagerduty, clock)
     h.publish(lifecycle("invoice")[:5])
     h.run()

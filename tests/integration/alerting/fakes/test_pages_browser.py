@@ -1,7 +1,8 @@
 """The local Slack and Jira pages in a real headless browser (the system's chromium, driven
 through chromium-driver): after the demo's flow, a person finds each incident's thread with
-its chart, and each ticket with its comments and status history. Screenshots are saved
-(to ANCHORWATCH_SCREENSHOT_DIR when set, e.g. docs/)."""
+its chart, and each ticket with its comments and status history; a click on Acknowledge
+reaches the service signed and the parent then names who. Screenshots are saved (to
+ANCHORWATCH_SCREENSHOT_DIR when set, e.g. docs/)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
 
+from anchorwatch.alerting.fakes.jira import LocalJira
+from anchorwatch.alerting.fakes.slack import LocalSlack
+from anchorwatch.alerting.http import Endpoint
+from anchorwatch.alerting.notify import ManualClock
 from anchorwatch.alerting.service import list_incidents
+from anchorwatch.alerting.slack_actions import SlackInteractions
 from anchorwatch.demo.journey_services import slack_permalink
+from tests.support.alerting import lifecycle
+from tests.support.alerting_harness import Harness, settings_for
 from tests.support.journey import JourneyRun, state_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -159,3 +169,52 @@ def test_jira_list_filters_and_ticket_view_with_comments_and_history(
         assert history[1].endswith("created To Do")
         assert history[-1].endswith("To Do → Done")
     _screenshot(browser, tmp_path, "local-jira-ticket.png")
+
+
+def test_acknowledge_clicked_on_the_local_slack_edits_the_parent(
+    browser: Any,
+    tmp_path: Path,
+    slack: LocalSlack,
+    jira: LocalJira,
+    clock: ManualClock,
+) -> None:
+    """A person clicks Acknowledge on the local Slack's page: the click goes, signed as Slack
+    signs it, to the service's endpoint, and the parent then names who acknowledged."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    secret = "local-signing-secret-0123456789"
+    settings = settings_for(tmp_path, slack, jira)
+    signed = settings.slack.model_copy(update={"signing_secret": SecretStr(secret)})
+    h = Harness(settings.model_copy(update={"slack": signed}), clock)
+    h.publish(lifecycle("invoice")[:3])
+    h.run()
+    handler = SlackInteractions(h.settings.alerting.state_dir, secret)
+
+    def ok() -> tuple[bool, dict[str, Any]]:
+        return True, {}
+
+    endpoint = Endpoint("127.0.0.1", 0, CollectorRegistry(), ok, ok, slack=handler.handle).start()
+    slack.interactivity_url = f"{endpoint.url}/slack/interactions"
+    slack.signing_secret = secret
+    try:
+        (parent,) = [m for m in slack.messages if not m["thread_ts"]]
+        browser.get(f"{slack.url}/archives/{parent['channel']}")
+        buttons = browser.find_elements(By.CSS_SELECTOR, ".parent > .actions button")
+        assert [b.text for b in buttons] == ["Acknowledge", "Silence 1 h", "Silence until resolved"]
+        buttons[0].click()
+        WebDriverWait(browser, 10).until(
+            lambda d: "acknowledged by" in d.find_element(By.CSS_SELECTOR, ".click-result").text
+        )
+        assert h.engine.apply_acks(h.clock.ms()) == 1  # what the service loop does
+        h.drain()
+        browser.get(f"{slack.url}/archives/{parent['channel']}")
+        text = browser.find_element(By.CSS_SELECTOR, ".parent").text
+        assert "Acknowledged by @U0LOCAL" in text
+        buttons = browser.find_elements(By.CSS_SELECTOR, ".parent > .actions button")
+        assert [b.text for b in buttons] == ["Silence 1 h", "Silence until resolved"]
+        reply = browser.find_element(By.CSS_SELECTOR, ".reply").text
+        assert "Acknowledged by @U0LOCAL" in reply
+        _screenshot(browser, tmp_path, "local-slack-acknowledged.png")
+    finally:
+        endpoint.stop()
