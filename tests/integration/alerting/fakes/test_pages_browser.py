@@ -115,13 +115,23 @@ def test_slack_channel_view_shows_each_incident_thread_with_its_chart(
 
 def _submit(browser: Any) -> None:
     """Click the filter button and wait for the page it loads."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     form = browser.find_element(By.CSS_SELECTOR, "form.filters")
     form.find_element(By.TAG_NAME, "button").click()
-    WebDriverWait(browser, 10).until(expected_conditions.staleness_of(form))
+
+    def replaced(_: Any) -> bool:
+        # The old page's form is gone: chromedriver says so as a stale element or, when the
+        # document is swapped mid-call, as "Node ... does not belong to the document".
+        try:
+            form.is_enabled()
+        except WebDriverException:
+            return True
+        return False
+
+    WebDriverWait(browser, 10).until(replaced)
 
 
 def test_jira_list_filters_and_ticket_view_with_comments_and_history(
