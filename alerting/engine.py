@@ -444,13 +444,11 @@ class Engine:
         one transaction; how many. The service calls it between batches."""
         now_ms = self._now_ms()
         self._silences.expire_resolved(now_ms)  # "until resolved": their incidents resolved
+        held = [row for row in self.open_incidents() if row.held_by is not None]
+        if not held:  # the usual case: no need to read the silences every few seconds
+            return 0
         muting = self.muting(now_ms)
-        due = [
-            row
-            for row in self.open_incidents()
-            if row.held_by is not None
-            and muting.reason(row.doc_type, row.severity, row.incident_id) is None
-        ]
+        due = [r for r in held if muting.reason(r.doc_type, r.severity, r.incident_id) is None]
         if not due:
             return 0
         batch = _Batch(BatchWrite(now_ms=now_ms), consumed_ms, muting)
