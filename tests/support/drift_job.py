@@ -8,12 +8,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Producer
-
 from anchorwatch.connectors.publisher import SnapshotPublisher
 from anchorwatch.contracts import AnchorSnapshot, Baseline, SnapshotEvent, Verdict, encode
 from anchorwatch.demo import slice as flow
 from anchorwatch.jobs.settings import JobSettings
+from tests.support.kafka import ordered_producer
 
 T0 = 1_764_403_200_000
 MIN = 60_000
@@ -47,7 +46,7 @@ def publish(settings: JobSettings, events: list[SnapshotEvent]) -> None:
 
 
 def publish_baseline(settings: JobSettings, baseline: Baseline) -> None:
-    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    producer = ordered_producer(settings.kafka.bootstrap_servers)
     producer.produce(settings.topics.baselines, encode(baseline), baseline.doc_type.encode())
     assert producer.flush(10) == 0
 

@@ -10,7 +10,6 @@ import click
 import orjson
 import pytest
 from click.testing import CliRunner, Result
-from confluent_kafka import Producer
 
 from anchorwatch.backtest import aggregate_windows
 from anchorwatch.baseline_publish import publish_baselines
@@ -22,6 +21,7 @@ from anchorwatch.jobs.baseline_fit import read_baselines
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.fitting import fit_baselines
+from tests.support.kafka import ordered_producer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -173,7 +173,7 @@ def test_windows_already_on_the_verdicts_topic_fit_and_backtest_without_flink(
     traffic = generate(TrafficConfig(seed=3, minutes=100, doc_types=3, incidents=2))
     events = [r.event for r in traffic.records() if r.event is not None]
     windows = aggregate_windows(events)
-    producer = Producer({"bootstrap.servers": job_settings.kafka.bootstrap_servers})
+    producer = ordered_producer(job_settings.kafka.bootstrap_servers)
     for w in windows:
         verdict = Verdict(
             verdict_id=verdict_id(w.doc_type, w.window_start_ms, "1"),

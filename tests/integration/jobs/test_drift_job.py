@@ -17,7 +17,6 @@ from typing import Any
 import orjson
 import pytest
 import requests
-from confluent_kafka import Producer
 
 from anchorwatch.connectors.validation import summary_of
 from anchorwatch.contracts import DeadLetter, SnapshotSummary, Verdict, decode, encode, verdict_id
@@ -46,6 +45,7 @@ from tests.support.flink import (
     operator_count,
     records_in,
 )
+from tests.support.kafka import ordered_producer
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -121,8 +121,10 @@ def test_exact_windows_with_disorder_late_invalid_and_idle_partitions(
     # "radiology" stops after minute 1; its partition goes idle, its windows must still close.
     quiet = minute("radiology", 0, [0.7, 0.9]) + minute("radiology", 1, [0.5])
     publish(settings, [*busy, *quiet, opener])
-    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers,
-                         "message.max.bytes": producer_max_bytes(settings.topics)})  # fmt: skip
+    producer = ordered_producer(
+        settings.kafka.bootstrap_servers,
+        **{"message.max.bytes": producer_max_bytes(settings.topics)},
+    )
     too_long = orjson.loads(encode(event("invoice", T0 + 1_000, 0.5, 7)))
     bad: list[tuple[bytes | None, bytes | None]] = [
         (b"{not json", b"invoice"),
@@ -235,7 +237,7 @@ def test_summaries_in_their_binary_form_count_as_their_json_and_a_broken_one_is_
         + b"\x04\xff\xfe"
         + body[1 + len(events[0].event_id) :],
     }
-    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    producer = ordered_producer(settings.kafka.bootstrap_servers)
     for e in events[:2]:
         producer.produce(settings.topics.snapshots, summary_of(encode(e)), b"invoice")
     for raw in broken.values():
@@ -316,7 +318,7 @@ def test_a_large_window_counts_each_id_once_wherever_its_copies_land(
     events = [event("bulk", T0 + 1_000 + i, rng.choice([0.0, 1.0, 0.4995, rng.random()]), i)
               for i in range(20_000)]  # fmt: skip
     publish(settings, events)
-    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    producer = ordered_producer(settings.kafka.bootstrap_servers)
     for e in events[::10]:
         producer.produce(settings.topics.snapshots, encode(e), f"copy-{e.event_id}".encode())
     assert producer.flush(10) == 0
@@ -350,7 +352,7 @@ def test_an_event_whose_window_fired_while_its_partition_was_idle_is_tallied_lat
     its window has fired. It must be tallied late, not dropped."""
     job = streaming(parallelism=2)
     settings = job.settings
-    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    producer = ordered_producer(settings.kafka.bootstrap_servers)
 
     def send(partition: int, *events: Any) -> None:
         for e in events:

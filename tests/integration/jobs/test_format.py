@@ -12,12 +12,12 @@ from typing import Any
 
 import orjson
 import pytest
-from confluent_kafka import Producer
 
 from anchorwatch.demo import slice as flow
 from anchorwatch.demo.generator import TrafficConfig, generate
 from anchorwatch.jobs import drift_job
 from anchorwatch.jobs.settings import JobSettings
+from tests.support.kafka import ordered_producer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -120,8 +120,9 @@ def test_the_scanner_decodes_every_record_as_flinks_json_decoder(
     job_settings: JobSettings,
 ) -> None:
     records, n_real = corpus()
-    producer = Producer({"bootstrap.servers": job_settings.kafka.bootstrap_servers,
-                         "message.max.bytes": 10_000_000})  # fmt: skip
+    producer = ordered_producer(
+        job_settings.kafka.bootstrap_servers, **{"message.max.bytes": 10_000_000}
+    )
     for record in records:
         # One partition: offsets follow the corpus.
         producer.produce(job_settings.topics.snapshots, record, partition=0)

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 
 import orjson
 import pytest
-from confluent_kafka import Producer
 
 from anchorwatch.connectors.validation import summary_of
 from anchorwatch.contracts import SnapshotSummary, decode, encode
@@ -19,6 +18,7 @@ from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import read_topic
 from anchorwatch.stack.stack import Stack
 from tests.support.ingest import summaries_written
+from tests.support.kafka import ordered_producer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -90,7 +90,7 @@ def test_windows_match_an_independent_computation_exactly(
         # producer of its own may write it): the windows count it only if the job reads the
         # summaries, in either form, not the snapshots.
         extra = accepted[0].model_copy(update={"event_id": "summary-only", "anchors": []})
-        producer = Producer({"bootstrap.servers": job_settings.kafka.bootstrap_servers})
+        producer = ordered_producer(job_settings.kafka.bootstrap_servers)
         producer.produce(job_settings.topics.summaries, encode(SnapshotSummary.of(extra)),
                          extra.doc_type.encode())  # fmt: skip
         assert producer.flush(10) == 0
