@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 
 from anchorwatch.contracts import Baseline
+from anchorwatch.policy.series import median
 
 
 def plateau(recent: list[float], now: Baseline) -> float | None:
@@ -23,10 +24,10 @@ def plateau(recent: list[float], now: Baseline) -> float | None:
     halves' medians differ by under half the margin of ``now``, the baseline at their time.
     None for a ramp, or for a baseline without a margin."""
     margin = now.threshold - now.center
-    level = _median(recent)
+    level = median(recent)
     half = len(recent) // 2
     # One window has no halves to compare (adapt_after = 1): it sits where it is.
-    steady = half == 0 or abs(_median(recent[:half]) - _median(recent[half:])) <= margin / 2
+    steady = half == 0 or abs(median(recent[:half]) - median(recent[half:])) <= margin / 2
     if margin <= 0 or not steady:
         return None
     return level
@@ -55,9 +56,3 @@ def shifted(baseline: Baseline, offset: float, at_ms: int) -> Baseline:
             ),
         }
     )
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
