@@ -8,6 +8,7 @@ work lives in the modules those call. Groups as a person looks for them:
     alerting    incidents to Slack and Jira (serve, incidents, send-test, local servers)
     demo        all of it, end to end, on this machine
     stack, jvm  a local Kafka and Flink, and the pinned jars they run
+    gate        a release gate for a new model version on a test run's drift
     generate, read, contracts, settings
 """
 
@@ -23,6 +24,7 @@ from anchorwatch.cli.alerting import alerting
 from anchorwatch.cli.baseline import baseline
 from anchorwatch.cli.contracts import contracts
 from anchorwatch.cli.demo import demo
+from anchorwatch.cli.gate import gate_cmd
 from anchorwatch.cli.generate import generate_cmd
 from anchorwatch.cli.ingest import ingest
 from anchorwatch.cli.job import job
@@ -81,6 +83,7 @@ for _command in (
     jvm,
     generate_cmd,
     read_cmd,
+    gate_cmd,
     contracts,
     settings_cmd,
 ):

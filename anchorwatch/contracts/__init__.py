@@ -15,6 +15,7 @@ from anchorwatch.contracts.codec import (
 from anchorwatch.contracts.models import (
     DOC_TYPE_MAX_CHARS,
     IDENTIFIER_MAX_CHARS,
+    MODEL_VERSION_MAX_CHARS,
     RESAMPLE,
     SCHEMA_VERSION,
     AnchorSnapshot,
@@ -27,6 +28,7 @@ from anchorwatch.contracts.models import (
     SnapshotEvent,
     SnapshotSummary,
     Verdict,
+    VersionedSnapshotEvent,
     WindowAggregate,
     verdict_id,
 )
@@ -34,6 +36,7 @@ from anchorwatch.contracts.models import (
 __all__ = [
     "DOC_TYPE_MAX_CHARS",
     "IDENTIFIER_MAX_CHARS",
+    "MODEL_VERSION_MAX_CHARS",
     "RESAMPLE",
     "SCHEMA_VERSION",
     "AnchorSnapshot",
@@ -48,6 +51,7 @@ __all__ = [
     "SnapshotEvent",
     "SnapshotSummary",
     "Verdict",
+    "VersionedSnapshotEvent",
     "WindowAggregate",
     "decode",
     "decode_baseline",

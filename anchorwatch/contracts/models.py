@@ -74,6 +74,27 @@ Identifier = Annotated[
     str, Field(min_length=1, max_length=IDENTIFIER_MAX_CHARS, pattern=r"^[^\x00-\x1f\x7f]+$")
 ]
 
+#: The longest model version a snapshot event may name, in characters.
+MODEL_VERSION_MAX_CHARS: Final = 128
+
+
+def model_version_text(value: str) -> str:
+    """A model version, held to a doc type's rules (NFC, no control or format characters,
+    something visible) with a shorter bound: it is a label, and printed in gate reports."""
+    text = unicodedata.normalize("NFC", value)
+    if len(text) > MODEL_VERSION_MAX_CHARS:
+        raise PydanticCustomError(
+            "model_length", "longer than {max} characters", {"max": MODEL_VERSION_MAX_CHARS}
+        )
+    return doc_type_text(text)
+
+
+ModelVersion = Annotated[
+    str,
+    Field(min_length=1, max_length=MODEL_VERSION_MAX_CHARS),
+    AfterValidator(model_version_text),
+]
+
 SnapshotStatus = Literal["active", "disabled"]
 #: The recommendation that marks an anchor the model should re-read; its share is a signal.
 RESAMPLE = "re-sample"
@@ -151,6 +172,22 @@ class SnapshotEvent(_Contract):
     @property
     def resample_count(self) -> int:
         return sum(1 for a in self.anchors if a.recommendation == RESAMPLE)
+
+
+class VersionedSnapshotEvent(SnapshotEvent):
+    """One gateway request's semantic snapshot: the record on the snapshots topic, with the
+    optional version of the model that answered it."""
+
+    # Apart from SnapshotEvent because the ingest service's compiled path mirrors that
+    # model field by field and refuses to start on one it does not know: until it learns
+    # `model`, ingest writes SnapshotEvent (without it) and readers that need the version
+    # (the release gate) decode this. Same wire contract, same schema file.
+    model_config = ConfigDict(title="SnapshotEvent")
+
+    model: ModelVersion | None = Field(
+        default=None,
+        description="Version of the model that answered, e.g. summarizer-2.1; absent: unknown.",
+    )
 
 
 class SnapshotSummary(_Contract):

@@ -29,9 +29,16 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import orjson
+from pydantic import TypeAdapter, ValidationError
 
 from anchorwatch.contracts.codec import encode
-from anchorwatch.contracts.models import RESAMPLE, AnchorSnapshot, SnapshotEvent
+from anchorwatch.contracts.models import (
+    RESAMPLE,
+    AnchorSnapshot,
+    ModelVersion,
+    SnapshotEvent,
+    VersionedSnapshotEvent,
+)
 from anchorwatch.demo.malformed import malformed_line
 
 MINUTE_MS: Final = 60_000
@@ -139,6 +146,7 @@ class TrafficConfig:
     incidents: int = 0  # drift incidents (jump / ramp) to inject
     fault_incidents: int = 0  # data-quality incidents (zero_anchors .. resample_burst)
     background_fault_rate: float = 0.0  # unlabelled per-request faults
+    model: str | None = None  # the model version stamped on every event; None: none
 
     def __post_init__(self) -> None:
         _check_int("seed", self.seed)
@@ -168,6 +176,8 @@ class TrafficConfig:
             )
         _check_int("incidents", self.incidents, low=0)
         _check_int("fault_incidents", self.fault_incidents, low=0)
+        if self.model is not None:
+            check_model("model", self.model)
         # The contract rejects times from 2100 on; keep every arrival a valid event time too.
         if self.end_ms + delay[1] >= 4_102_444_800_000:
             raise ValueError("minutes: the run must end (late arrivals included) before 2100")
@@ -268,6 +278,18 @@ def _check_int(name: str, value: object, *, low: int | None = None) -> None:
         raise ValueError(f"{name}: must be an integer, got {value!r}")
     if low is not None and value < low:
         raise ValueError(f"{name}: must be >= {low}, got {value}")
+
+
+_MODEL_VERSION: Final = TypeAdapter(ModelVersion)
+
+
+def check_model(name: str, value: object) -> None:
+    """Raise ValueError unless ``value`` is a model version the contract accepts."""
+    try:
+        _MODEL_VERSION.validate_python(value, strict=True)
+    except ValidationError as exc:
+        reason = exc.errors(include_url=False, include_input=False)[0]["msg"]
+        raise ValueError(f"{name}: {reason}") from None
 
 
 def _doc_type_name(index: int) -> str:
@@ -422,18 +444,48 @@ def _event(
         "doc_type": profile.name,
         "source": "generator",
     }
+    # Only a test run of a model asks for the version; other traffic stays as it was.
+    make = SnapshotEvent if config.model is None else VersionedSnapshotEvent
+    if config.model is not None:
+        common["model"] = config.model
     if zero:  # the "stuck at zero" signature: nothing counted, nothing logged
-        return SnapshotEvent(**common, snapshot_status="active", anchor_count=0, anchors=[])
+        return make(**common, snapshot_status="active", anchor_count=0, anchors=[])
     if disabled:  # the gateway counted anchors but did not snapshot them
-        return SnapshotEvent(**common, snapshot_status="disabled", anchor_count=count, anchors=[])
+        return make(**common, snapshot_status="disabled", anchor_count=count, anchors=[])
     level = profile.base_drift + offset + rng.gauss(0.0, profile.spread * _REQUEST_SHARE)
-    return SnapshotEvent(
+    return make(
         **common,
         snapshot_status="active",
         anchor_count=count,
         anchors=_anchors(
             rng, count, level, profile.spread * _ANCHOR_SHARE, kl_level, resample_share
         ),
+    )
+
+
+def answered_event(
+    rng: random.Random,
+    *,
+    event_id: str,
+    event_time_ms: int,
+    doc_type: str,
+    level: float,
+    noise: float,
+    anchors_mean: float,
+    model: str | None,
+) -> VersionedSnapshotEvent:
+    """One request answered by ``model`` whose anchors scatter (sd ``noise``) around
+    ``level``, the document's drift under that model: the unit of a model's test run."""
+    count = max(1, round(rng.gauss(anchors_mean, anchors_mean * 0.3)))
+    return VersionedSnapshotEvent(
+        event_id=event_id,
+        event_time_ms=event_time_ms,
+        doc_type=doc_type,
+        snapshot_status="active",
+        anchor_count=count,
+        anchors=_anchors(rng, count, level, noise, None, 0.0),
+        source="generator",
+        model=model,
     )
 
 

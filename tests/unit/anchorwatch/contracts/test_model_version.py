@@ -1,0 +1,91 @@
+"""The snapshot event's optional `model`: bounded and validated like a doc type, absent
+means unknown, and a reader of the v1 contract without it keeps working."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import orjson
+import pytest
+
+from anchorwatch.contracts import (
+    ContractError,
+    SnapshotEvent,
+    VersionedSnapshotEvent,
+    decode,
+    decode_snapshot,
+    encode,
+    schemas,
+)
+from tests.support.contracts import snapshot
+
+
+def _schema() -> jsonschema.Draft202012Validator:
+    path = schemas.schema_path("snapshot-event")
+    return jsonschema.Draft202012Validator(json.loads(path.read_text()))
+
+
+def test_absent_is_unknown_and_writes_nothing() -> None:
+    event = decode(VersionedSnapshotEvent, orjson.dumps(snapshot()))
+    assert event.model is None
+    assert encode(event) == encode(decode_snapshot(orjson.dumps(snapshot())))
+    _schema().validate(orjson.loads(encode(event)))
+
+
+def test_a_model_round_trips_and_fits_the_schema() -> None:
+    event = decode(VersionedSnapshotEvent, orjson.dumps(snapshot(model="summarizer-2.1")))
+    assert event.model == "summarizer-2.1"
+    wire = orjson.loads(encode(event))
+    assert wire["model"] == "summarizer-2.1"
+    _schema().validate(wire)
+    assert decode(VersionedSnapshotEvent, encode(event)) == event
+
+
+def test_a_v1_reader_ignores_the_field() -> None:
+    event = decode_snapshot(orjson.dumps(snapshot(model="summarizer-2.1")))
+    assert isinstance(event, SnapshotEvent)
+    assert "model" not in orjson.loads(encode(event))
+
+
+def test_the_ingest_fast_path_still_matches_its_contract() -> None:
+    # connectors/native mirrors SnapshotEvent field by field and stops the service on a
+    # difference: the versioned event must leave SnapshotEvent as it was.
+    from anchorwatch.connectors.validation import check_native_contract
+
+    check_native_contract()
+    assert "model" not in SnapshotEvent.model_fields
+
+
+@pytest.mark.parametrize(
+    ("model", "fragment"),
+    [
+        ("", "String should have at least 1 character"),
+        ("m" * 129, "String should have at most 128 characters"),
+        ("m" * 10_000, "String should have at most 128 characters"),
+        ("v2\x00", "U+0000 (Cc) not allowed"),
+        ("v2\u200b", "U+200B (Cf) not allowed"),
+        ("\u3164", "only whitespace or invisible characters"),
+        (2.1, "Input should be a valid string"),
+        (["v2"], "Input should be a valid string"),
+    ],
+)
+def test_a_bad_model_is_refused_naming_the_field(model: object, fragment: str) -> None:
+    with pytest.raises(ContractError) as caught:
+        decode(VersionedSnapshotEvent, orjson.dumps(snapshot(model=model)))
+    assert caught.value.first_field == "model"
+    assert fragment in str(caught.value)
+    assert len(str(caught.value)) < 300  # the value itself is not echoed
+
+
+def test_model_versions_are_nfc_normalised() -> None:
+    decomposed = decode(VersionedSnapshotEvent, orjson.dumps(snapshot(model="re\u0301sume\u0301")))
+    assert decomposed.model == "r\u00e9sum\u00e9"
+
+
+def test_the_schema_bounds_the_model_too() -> None:
+    assert not _schema().is_valid(
+        snapshot(
+            model="m" * 129, mean_drift=0.1, max_drift=0.1, max_kl_divergence=0.1, resample_count=0
+        )
+    )
