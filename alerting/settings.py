@@ -22,19 +22,33 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from anchorwatch.alerting.integrations.jira.render import (
     DEFAULT_SUMMARY_TEMPLATE,
+    check_description_template,
     check_summary_template,
 )
 from anchorwatch.alerting.integrations.paging_settings import PagerDutySection, WebhookSection
+from anchorwatch.alerting.integrations.slack.render import (
+    DEFAULT_HEADLINE_TEMPLATE,
+    DEFAULT_TEXT_TEMPLATE,
+    check_slack_template,
+)
 from anchorwatch.alerting.notify import NotifyMetrics, RetryPolicy
 from anchorwatch.alerting.render import Severity
+from anchorwatch.alerting.routing import (
+    PROJECT_KEY,
+    DefaultRoute,
+    Route,
+    RouteInfo,
+    check_channel,
+    first_route,
+    resolve,
+    route_channel,
+)
 from anchorwatch.alerting.secret_fields import http_url, one_secret
 from anchorwatch.alerting.silences import MaintenanceWindow
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.settings import Section, ServiceSettings
 
-# A channel name (#ops-alerts, ops-alerts) or a conversation id (C0123ABCD).
-_CHANNEL = re.compile(r"^(#?[a-z0-9][a-z0-9._-]{0,79}|[CGD][A-Z0-9]{6,})$")
-_PROJECT_KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,19}$")
+_SLACK_USER = re.compile(r"^[UW][A-Z0-9]{2,30}$")
 
 
 class SlackSection(Section):
@@ -70,6 +84,23 @@ class SlackSection(Section):
         "message (bot mode) and POST /slack/interactions on the metrics port; unset, neither.",
     )
     signing_secret_file: Path | None = Field(None, description="File holding the signing secret.")
+    text_template: str = Field(
+        DEFAULT_TEXT_TEMPLATE,
+        min_length=1,
+        description="Jinja template (sandboxed) of the parent's plain-text fallback, the "
+        "notification's text; its variables are mrkdwn-escaped.",
+    )
+    headline_template: str = Field(
+        DEFAULT_HEADLINE_TEMPLATE,
+        min_length=1,
+        description="Jinja template (sandboxed) of the parent's first block, in mrkdwn; its "
+        "variables are mrkdwn-escaped.",
+    )
+
+    @field_validator("text_template", "headline_template")
+    @classmethod
+    def _templates(cls, value: str) -> str:
+        return check_slack_template(value)
 
     @field_validator("api_url")
     @classmethod
@@ -144,8 +175,15 @@ class JiraSection(Section):
     api_token_file: Path | None = Field(None, description="File holding the API token.")
     summary_template: str = Field(
         DEFAULT_SUMMARY_TEMPLATE,
-        description="Ticket summary; placeholders {doc_type} {avg_drift} {severity} "
-        "{severity_upper} {threshold} {incident_label}; cut to 255 characters.",
+        description="Ticket summary: a Jinja template (sandboxed; plain-text variables), or "
+        "placeholders {doc_type} {avg_drift} {severity} {severity_upper} {threshold} "
+        "{incident_label}; on one line, cut to 255 characters.",
+    )
+    description_template: str | None = Field(
+        None,
+        min_length=1,
+        description="Jinja template (sandboxed) of the ticket description in wiki markup; its "
+        "variables are wiki-escaped (unset: the built-in one).",
     )
     priorities: dict[Severity, str] = Field(
         default_factory=_default_priorities,
@@ -178,7 +216,7 @@ class JiraSection(Section):
     @field_validator("project")
     @classmethod
     def _project(cls, value: str) -> str:
-        if not _PROJECT_KEY.match(value):
+        if not PROJECT_KEY.match(value):
             raise ValueError("must be a Jira project key: capital letters, digits, '_'")
         return value
 
@@ -186,6 +224,11 @@ class JiraSection(Section):
     @classmethod
     def _template(cls, value: str) -> str:
         return check_summary_template(value)
+
+    @field_validator("description_template")
+    @classmethod
+    def _description(cls, value: str | None) -> str | None:
+        return None if value is None else check_description_template(value)
 
     @field_validator("extra_labels")
     @classmethod
@@ -230,6 +273,21 @@ class RoutingSection(Section):
         description="Dashboard link shown in messages and tickets; {doc_type} is replaced "
         "by the URL-encoded doc type.",
     )
+    routes: list[Route] = Field(
+        default_factory=list,
+        description="Owner, channel, Jira project/component and runbook per doc-type pattern; "
+        "the first route that matches wins.",
+    )
+    default_route: DefaultRoute = Field(
+        default_factory=DefaultRoute,
+        description="Owner, Jira target and runbook where no route matches, and of each field "
+        "a matching route leaves unset.",
+    )
+    jira_users: dict[str, str] = Field(
+        default_factory=dict,
+        description="Jira user per Slack user id (JSON object): the one who acknowledges in "
+        "Slack is assigned the ticket (else the route's jira_assignee).",
+    )
 
     @field_validator("default_channel")
     @classmethod
@@ -253,12 +311,35 @@ class RoutingSection(Section):
             raise ValueError(f"only {{doc_type}} may be used, found {sorted(names)}")
         return http_url(value.replace("{doc_type}", "x"), "dashboard_url_template") and value
 
+    @field_validator("jira_users")
+    @classmethod
+    def _users(cls, value: dict[str, str]) -> dict[str, str]:
+        for slack_user, jira_user in value.items():
+            if not _SLACK_USER.match(slack_user):
+                raise ValueError(f"{slack_user!r} is not a Slack user id (U…, W…)")
+            if not jira_user.strip() or any(c < " " for c in jira_user):
+                raise ValueError(f"{slack_user}: the Jira user must be one non-blank line")
+        return value
+
     def channel_for(self, doc_type: str, severity: Severity) -> str:
-        return (
-            self.doc_type_channels.get(doc_type)
-            or self.severity_channels.get(severity)
-            or self.default_channel
+        return route_channel(
+            first_route(self.routes, doc_type),
+            severity,
+            exact=self.doc_type_channels.get(doc_type),
+            severity_channels=self.severity_channels,
+            default=self.default_channel,
         )
+
+    def route_for(self, doc_type: str) -> RouteInfo:
+        """Owner, runbook and Jira target of the doc type (first matching route, its unset
+        fields from the default route)."""
+        return resolve(first_route(self.routes, doc_type), self.default_route)
+
+    def jira_assignee(self, doc_type: str, acked_by: str | None) -> str | None:
+        """Who the ticket goes to when ``acked_by`` acknowledges it: their Jira user if
+        mapped, else the route's assignee, else nobody."""
+        mapped = self.jira_users.get(acked_by) if acked_by else None
+        return mapped or self.route_for(doc_type).jira_assignee
 
     def dashboard_url(self, doc_type: str) -> str | None:
         if self.dashboard_url_template is None:
@@ -267,11 +348,7 @@ class RoutingSection(Section):
 
 
 def _check_channel(value: str) -> str:
-    if not _CHANNEL.match(value):
-        raise ValueError(
-            f"{value!r} is not a Slack channel: #name (lower case, digits, . _ -) or an id"
-        )
-    return value
+    return check_channel(value)
 
 
 class RetrySection(Section):

@@ -6,7 +6,10 @@ REST (v2, and v3 where the body format differs: v3 takes Atlassian Document Form
 ``GET myself``, ``GET /rest/auth/1/session``, ``GET|POST search`` (Server/Data Center) and
 ``GET|POST search/jql`` (Cloud; ``search`` answers 410 there as it does on Cloud),
 ``POST issue``, ``GET|PUT issue/{key}``, ``GET|POST issue/{key}/comment``,
-``GET|POST issue/{key}/transitions``. A JQL error (``jql.py``: parsed as strictly as Jira
+``GET|POST issue/{key}/transitions``, ``GET user/search`` (``username`` on Server,
+``query`` on Cloud) and ``PUT issue/{key}/assignee`` (``name`` on Server, ``accountId`` on
+Cloud; an unknown user is a 400) over the users it is given (``DEFAULT_USERS``); new
+issues take ``components``. A JQL error (``jql.py``: parsed as strictly as Jira
 does) is a 400 with Jira's error body ``{"errorMessages": [...], "errors": {...}}``; field
 validation errors (``jira_issues.py``: summary over 255 characters or with a newline, labels
 with spaces, unknown project/issue type/priority, texts over 32,767 characters) come back
@@ -37,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from anchorwatch.alerting.fakes.jira_issues import (
+    DEFAULT_USERS,
     FIELDS,
     STATUSES,
     WORKFLOW,
@@ -44,6 +48,8 @@ from anchorwatch.alerting.fakes.jira_issues import (
     body_text,
     check_new_issue,
     field_value,
+    find_user,
+    find_users,
     issue_json,
     jira_time,
 )
@@ -53,7 +59,9 @@ from anchorwatch.alerting.fakes.server import Fault, LocalServer, Request, Respo
 
 # --------------------------------------------------------------------------- the server
 
-_ISSUE_PATH = re.compile(r"^/rest/api/(2|3|latest)/issue/([^/]+)(?:/(comment|transitions))?$")
+_ISSUE_PATH = re.compile(
+    r"^/rest/api/(2|3|latest)/issue/([^/]+)(?:/(comment|transitions|assignee))?$"
+)
 _NOT_FOUND = "Issue does not exist or you do not have permission to see it."
 
 
@@ -78,8 +86,10 @@ class LocalJira(LocalServer):
         deployment: str = "Server",
         credentials: tuple[str, str] | None = None,
         clock_ms: Callable[[], int] | None = None,
+        users: tuple[dict[str, str], ...] = DEFAULT_USERS,
     ) -> None:
         super().__init__(host, port)
+        self.users = [dict(u) for u in users]
         if deployment not in ("Server", "Cloud"):
             raise ValueError("deployment: Server or Cloud")
         self.projects = {key: str(10000 + i) for i, key in enumerate(projects)}
@@ -142,6 +152,7 @@ class LocalJira(LocalServer):
             ("GET", "search/jql"): "search",
             ("POST", "search/jql"): "search",
             ("POST", "issue"): "create",
+            ("GET", "user/search"): "users",
         }
         if (method, rest) in simple:
             return simple[(method, rest)], None, version
@@ -154,6 +165,7 @@ class LocalJira(LocalServer):
                 ("POST", "comment"): "comment",
                 ("GET", "transitions"): "transitions",
                 ("POST", "transitions"): "transition",
+                ("PUT", "assignee"): "assign",
             }.get((method, sub))
             return op, key, version
         return None, None, version
@@ -225,6 +237,10 @@ class LocalJira(LocalServer):
             return self._search(request)
         if op == "create":
             return self._create(request, version)
+        if op == "users":
+            term = (request.query.get("query") or request.query.get("username") or [""])[-1]
+            found = find_users(self.users, term) if term else []
+            return Response.json([self._user_json(u) for u in found])
         issue = self._find(key or "")
         if issue is None:
             return jira_error(404, [_NOT_FOUND])
@@ -246,6 +262,8 @@ class LocalJira(LocalServer):
             return self._comment(issue, request, version)
         if op == "transitions":
             return Response.json({"expand": "transitions", "transitions": self._available(issue)})
+        if op == "assign":
+            return self._assign(issue, request)
         return self._transition(issue, request)
 
     # ----------------------------------------------------------------- endpoints
@@ -332,6 +350,8 @@ class LocalJira(LocalServer):
                 "description": new.description,
                 "labels": new.labels,
                 "priority": new.priority,
+                "components": new.components,
+                "assignee": None,
                 "issuetype": new.issue_type,
                 "status": "To Do",
                 "resolution": None,
@@ -383,6 +403,26 @@ class LocalJira(LocalServer):
             else:
                 return jira_error(400, [], {name: f"Field '{name}' cannot be set."})
         fields["updated"] = self.now_ms()
+        return Response(204)
+
+    def _user_json(self, user: dict[str, str]) -> dict[str, Any]:
+        return {
+            **user,
+            "self": f"{self.url}/rest/api/2/user?username={user['name']}",
+            "active": True,
+        }
+
+    def _assign(self, issue: dict[str, Any], request: Request) -> Response:
+        body = request.json() or {}
+        if body.get("name", "") is None or body.get("accountId", "") is None:
+            issue["fields"]["assignee"] = None  # unassigned
+            return Response(204)
+        user = find_user(self.users, body)
+        if user is None:
+            shown = body.get("accountId") or body.get("name")
+            return jira_error(400, [], {"assignee": f"User '{shown}' does not exist."})
+        issue["fields"]["assignee"] = self._user_json(user)
+        issue["fields"]["updated"] = self.now_ms()
         return Response(204)
 
     def _comment(self, issue: dict[str, Any], request: Request, version: str) -> Response:
@@ -509,6 +549,8 @@ class LocalJira(LocalServer):
             "status": f["status"],
             "priority": f["priority"],
             "labels": list(f["labels"]),
+            "components": list(f.get("components") or []),
+            "assignee": (f.get("assignee") or {}).get("displayName"),
             "created": jira_time(f["created"]),
             "description": f["description"] or "",
             "comments": [

@@ -43,7 +43,24 @@ FIELDS = [  # what GET field returns: the client maps JQL clause names to field 
     ("comment", "Comment"),
 ]
 #: Fields a new issue may set; any other is refused as Jira refuses fields not on its screen.
-CREATE_FIELDS = frozenset({"project", "issuetype", "summary", "description", "labels", "priority"})
+CREATE_FIELDS = frozenset(
+    {"project", "issuetype", "summary", "description", "labels", "priority", "components"}
+)
+#: The users the local Jira knows (``user/search``, ``PUT issue/{key}/assignee``).
+DEFAULT_USERS = (
+    {
+        "name": "local-user",
+        "accountId": "5b10a2844c20165700ede21g",
+        "displayName": "Local User",
+        "emailAddress": "local-user@example.com",
+    },
+    {
+        "name": "oncall",
+        "accountId": "5b10ac8d82e05b22cc7d4ef5",
+        "displayName": "On Call",
+        "emailAddress": "oncall@example.com",
+    },
+)
 TEXT_MAX = 32_767
 
 
@@ -90,6 +107,7 @@ class NewIssue:
     description: str
     labels: list[str]
     priority: str
+    components: list[str]
 
 
 def check_new_issue(
@@ -128,13 +146,35 @@ def check_new_issue(
     priority = (fields.get("priority") or {}).get("name", "Medium")
     if priority not in PRIORITIES:
         errors["priority"] = f"Priority name '{priority}' is not valid"
+    components = [
+        c.get("name") if isinstance(c, dict) else None for c in fields.get("components") or []
+    ]
+    if not all(isinstance(c, str) and c.strip() for c in components):
+        errors["components"] = "Component name is not valid"
     for name in sorted(set(fields) - CREATE_FIELDS):
         errors[name] = (
             f"Field '{name}' cannot be set. It is not on the appropriate screen, or unknown."
         )
     if errors or type_name is None or not isinstance(summary, str):
         return errors
-    return NewIssue(pkey, type_name, summary, description, list(labels), priority)
+    names = [str(c) for c in components]
+    return NewIssue(pkey, type_name, summary, description, list(labels), priority, names)
+
+
+def find_users(users: list[dict[str, str]], term: str) -> list[dict[str, str]]:
+    """The users ``user/search`` answers: ``term`` in their name, account id, display name
+    or e-mail address, case-insensitively (as Jira Server matches ``username``)."""
+    term = term.lower()
+    return [u for u in users if any(term in str(v).lower() for v in u.values())]
+
+
+def find_user(users: list[dict[str, str]], body: dict[str, Any]) -> dict[str, str] | None:
+    """The user ``PUT issue/{key}/assignee`` names: ``name`` (Server) or ``accountId``
+    (Cloud), exactly."""
+    for field in ("accountId", "name"):
+        if isinstance(value := body.get(field), str):
+            return next((u for u in users if u[field] == value), None)
+    return None
 
 
 def issue_json(
@@ -169,6 +209,8 @@ def issue_json(
             "statusCategory": {"key": key, "name": cat_name, "id": cat_id},
         },
         "resolution": {"name": f["resolution"]} if f["resolution"] else None,
+        "components": [{"name": c} for c in f.get("components") or []],
+        "assignee": f.get("assignee"),
         "resolutiondate": jira_time(f["resolutiondate"]) if f["resolutiondate"] else None,
         "created": jira_time(f["created"]),
         "updated": jira_time(f["updated"]),

@@ -357,13 +357,24 @@ def jira_issue_page(issue: dict[str, Any]) -> str:
         f"<p class='meta'>Status <b class='status'>{html.escape(issue['status'])}</b> · "
         f"priority {html.escape(issue['priority'])} · labels "
         f"{html.escape(', '.join(issue['labels']))} · created {html.escape(issue['created'])}"
-        f"</p><h3>Description</h3><div class='desc'>{wiki(issue['description'] or '')}</div>"
+        f"{_people(issue)}</p><h3>Description</h3>"
+        f"<div class='desc'>{wiki(issue['description'] or '')}</div>"
         f"<h3>Comments ({len(issue['comments'])})</h3><div class='comments'>{comments}</div>"
         "<h3>Status history</h3><table class='history'><tr><th>When</th><th>Transition</th>"
         f"<th>Status</th></tr><tr><td>{html.escape(issue['created'])}</td><td>created</td>"
         f"<td>To Do</td></tr>{history}</table></section>"
     )
     return _page(f"{issue['key']} · local Jira", "local Jira", body, jira=True)
+
+
+def _people(issue: dict[str, Any]) -> str:
+    """Components and assignee, when the ticket has them."""
+    out = ""
+    if components := issue.get("components"):
+        out += f" · component <span class='components'>{html.escape(', '.join(components))}</span>"
+    if assignee := issue.get("assignee"):
+        out += f" · assignee <b class='assignee'>{html.escape(assignee)}</b>"
+    return out
 
 
 def jira_not_found(key: str) -> str:

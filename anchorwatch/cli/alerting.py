@@ -347,13 +347,13 @@ def send_test(ctx: click.Context, doc_type: str, severity: str) -> None:
         click.echo(f"slack: thread {ref.channel}/{ref.ts}, chart uploaded: {result.chart_uploaded}")
         sent = True
     elif settings.slack.mode == "webhook":
-        hook = SlackWebhookNotifier.from_settings(settings.slack, retry)
+        hook = SlackWebhookNotifier.from_settings(settings.slack, retry, settings.routing)
         hook.open(opened)
         hook.resolve(resolved)
         click.echo("slack: two webhook messages sent")
         sent = True
     if settings.jira.enabled:
-        jira = JiraNotifier.from_settings(settings.jira, retry)
+        jira = JiraNotifier.from_settings(settings.jira, retry, settings.routing)
         ticket = jira.open_or_reopen(opened, history[:24])  # up to the opening window
         jira.comment(ticket.key, updated, last_comment_ms=0)
         outcome = jira.resolve(ticket.key, resolved)

@@ -148,7 +148,9 @@ class Harness:
         # As the service does: one attempt per call, the drainer retries.
         caller = OneAttempt(clock=self.clock)
         if integration == "jira":
-            return JiraSender.from_settings(s.jira, caller, clock_ms=self.clock.ms)
+            return JiraSender.from_settings(
+                s.jira, caller, clock_ms=self.clock.ms, routing=s.routing
+            )
         if integration in PAGING:
             return registry.BY_NAME[integration].sender(s, caller)
         if s.slack.mode == "webhook":

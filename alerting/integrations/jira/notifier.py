@@ -8,7 +8,9 @@ Each attempt of it searches again, so a retry after an ambiguous failure (a time
 Jira created the ticket) finds the ticket instead of creating a second one; a lost local
 state is covered the same way. ``comment`` is rate-limited per ticket; ``resolve`` comments
 and transitions by name, and a missing transition is a logged error in the result, not an
-exception.
+exception. The doc type's route (``routing.py``) picks the project and component of a new
+ticket and adds its owner and runbook to the description; ``assign`` gives the ticket to a
+user (on an acknowledgement).
 
 The client is the real ``jira.JIRA`` with its own retries off (``max_retries=0``): every
 call goes through the ``Caller`` it is given (in the service one attempt each: the outbox
@@ -46,7 +48,8 @@ from anchorwatch.alerting.notify import (
     failure,
 )
 from anchorwatch.alerting.render import IncidentView, WindowPoint, incident_label
-from anchorwatch.alerting.settings import JiraSection
+from anchorwatch.alerting.routing import NO_ROUTE, RouteInfo
+from anchorwatch.alerting.settings import JiraSection, RoutingSection
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +100,29 @@ def find_jql(project: str, incident: IncidentView) -> str:
     return f"project = {jql_quote(project)} AND {own} ORDER BY created DESC"
 
 
+def new_issue_fields(
+    settings: JiraSection,
+    route: RouteInfo,
+    incident: IncidentView,
+    history: Sequence[WindowPoint] = (),
+) -> dict[str, Any]:
+    """The fields of the incident's new ticket, in the route's project and component."""
+    fields: dict[str, Any] = {
+        "project": {"key": route.jira_project or settings.project},
+        "issuetype": {"name": settings.issue_type},
+        "summary": jira_summary(incident, settings.summary_template, route),
+        "description": jira_description(
+            incident, history, route=route, template=settings.description_template
+        ),
+        "labels": [*jira_labels(incident), *settings.extra_labels],
+    }
+    if route.jira_component:
+        fields["components"] = [{"name": route.jira_component}]
+    if priority := settings.priorities.get(incident.severity):
+        fields["priority"] = {"name": priority}
+    return fields
+
+
 def _fields(issue: Issue) -> dict[str, Any]:
     raw = issue.raw or {}
     fields: dict[str, Any] = raw.get("fields") or {}
@@ -131,17 +157,29 @@ class JiraNotifier:
         retry: Caller,
         *,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        routing: RoutingSection | None = None,
     ) -> None:
         self._factory = client_factory
         self._client: JIRA | None = None
         self._settings = settings
+        self._routing = routing
         self._retry = retry
         self._clock_ms = clock_ms
         self._last_comment: dict[str, tuple[int, str]] = {}  # key -> (ms, severity)
 
     @classmethod
-    def from_settings(cls, settings: JiraSection, retry: Caller) -> JiraNotifier:
-        return cls(lambda: connect(settings), settings, retry)
+    def from_settings(
+        cls, settings: JiraSection, retry: Caller, routing: RoutingSection | None = None
+    ) -> JiraNotifier:
+        return cls(lambda: connect(settings), settings, retry, routing=routing)
+
+    def route(self, incident: IncidentView) -> RouteInfo:
+        """The route of the incident's doc type (none without routing settings)."""
+        return self._routing.route_for(incident.doc_type) if self._routing else NO_ROUTE
+
+    def project(self, incident: IncidentView) -> str:
+        """The project of the incident's ticket: its route's, else ``jira.project``."""
+        return self.route(incident).jira_project or self._settings.project
 
     # ----------------------------------------------------------------- plumbing
 
@@ -198,7 +236,8 @@ class JiraNotifier:
     ) -> JiraTicket:
         s = self._settings
         label = incident_label(incident.incident_id)
-        issues = self._search(client, find_jql(s.project, incident))
+        project = self.project(incident)
+        issues = self._search(client, find_jql(project, incident))
         # Labels compare exactly here: a search may match labels case-insensitively.
         own = [i for i in issues if label in (_fields(i).get("labels") or [])]
         for issue in sorted(own, key=_is_done):
@@ -207,15 +246,7 @@ class JiraNotifier:
                     continue
                 return JiraTicket(issue.key, "reopened")
             return JiraTicket(issue.key, "existing")
-        fields: dict[str, Any] = {
-            "project": {"key": s.project},
-            "issuetype": {"name": s.issue_type},
-            "summary": jira_summary(incident, s.summary_template),
-            "description": jira_description(incident, history),
-            "labels": [*jira_labels(incident), *s.extra_labels],
-        }
-        if priority := s.priorities.get(incident.severity):
-            fields["priority"] = {"name": priority}
+        fields = new_issue_fields(s, self.route(incident), incident, history)
         created = client.create_issue(fields=fields, prefetch=False)
         return JiraTicket(str(created.key), "created")
 
@@ -265,6 +296,12 @@ class JiraNotifier:
     def add_comment(self, key: str, body: str) -> None:
         """A comment as it is, whatever the comment interval (an acknowledgement)."""
         self._call("comment", lambda c: c.add_comment(key, body))
+
+    def assign(self, key: str, assignee: str) -> None:
+        """Give the ticket to ``assignee`` (found by Jira's user search, then
+        ``PUT issue/{key}/assignee``); idempotent, so a retry is harmless."""
+        self._call("assign", lambda c: c.assign_issue(key, assignee))
+        log.info("jira ticket assigned", extra={"key": key, "assignee": assignee})
 
     # ----------------------------------------------------------------- resolve
 

@@ -4,7 +4,9 @@ JQL quoting. Pure.
 
 Untrusted text is escaped for wiki markup (backslash escapes, character references where
 Jira has no escape) and JQL (a double-quoted string literal); a doc type's label always
-carries a hash of the exact doc type, so two types never share one.
+carries a hash of the exact doc type, so two types never share one. The summary and the
+description come from templates (``templates.py``) given only values already made safe:
+plain text for the summary, wiki-escaped text for the description.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import hashlib
 import re
 import string
 from collections.abc import Sequence
+from typing import Any
 
 from anchorwatch.alerting.render import (
     IncidentView,
@@ -29,6 +32,8 @@ from anchorwatch.alerting.render import (
     utc,
     window_span,
 )
+from anchorwatch.alerting.routing import NO_ROUTE, RouteInfo
+from anchorwatch.alerting.templates import check_template, is_jinja, render
 from anchorwatch.contracts import Reason
 
 #: Jira's limits (characters; Jira counts UTF-16 code units).
@@ -105,7 +110,10 @@ def jira_labels(view: IncidentView) -> list[str]:
 
 
 def check_summary_template(template: str) -> str:
-    """Raise ValueError naming an unknown ``{field}``; return the template."""
+    """Raise ValueError naming an unknown ``{field}`` (a format string) or what is wrong with
+    a Jinja template (``{{ name }}``); return the template."""
+    if is_jinja(template):
+        return check_template(template, summary_variables)
     try:
         names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
     except ValueError as exc:
@@ -118,23 +126,85 @@ def check_summary_template(template: str) -> str:
     return template
 
 
-def jira_summary(view: IncidentView, template: str = DEFAULT_SUMMARY_TEMPLATE) -> str:
+def summary_variables(view: IncidentView, route: RouteInfo = NO_ROUTE) -> dict[str, Any]:
+    """What the summary template is given: plain text (a summary has no markup)."""
+    return {
+        "doc_type": clean_text(view.doc_type),
+        "avg_drift": f"{view.window.mean_drift:.3f}",
+        "mean_drift": f"{view.window.mean_drift:.3f}",
+        "severity": view.severity,
+        "severity_upper": view.severity.upper(),
+        "threshold": f"{view.threshold:.3f}",
+        "peak_mean_drift": f"{view.peak_mean_drift:.3f}",
+        "requests": view.window.request_count,
+        "incident_label": incident_label(view.incident_id),
+        "owner": clean_text(route.owner) if route.owner else None,
+    }
+
+
+def jira_summary(
+    view: IncidentView, template: str = DEFAULT_SUMMARY_TEMPLATE, route: RouteInfo = NO_ROUTE
+) -> str:
     """The ticket title from the template, on one line, at most 255 characters."""
-    text = template.format(
-        doc_type=clean_text(view.doc_type),
-        avg_drift=f"{view.window.mean_drift:.3f}",
-        severity=view.severity,
-        severity_upper=view.severity.upper(),
-        threshold=f"{view.threshold:.3f}",
-        incident_label=incident_label(view.incident_id),
-    )
+    variables = summary_variables(view, route)
+    if is_jinja(template):
+        text = render(template, variables)
+    else:
+        text = template.format(**{k: variables[k] for k in SUMMARY_FIELDS})
     return truncate(" ".join(text.split()), JIRA_SUMMARY_MAX)
 
 
-def _jira_window_rows(
+#: Today's description. trim_blocks: a line holding only a {% tag %} leaves nothing behind.
+DEFAULT_DESCRIPTION_TEMPLATE = """\
+*Drift alert* for document type *{{ doc_type }}*: severity *{{ severity_upper }}*, \
+{{ state_phrase }}.
+
+{% if owner %}
+Owner: *{{ owner }}*{{ " · [Runbook|" ~ runbook_url ~ "]" if runbook_url else "" }}
+
+{% elif runbook_url %}
+[Runbook|{{ runbook_url }}]
+
+{% endif %}
+Mean drift *{{ mean_drift }}* against threshold *{{ threshold }}* ({{ baseline }}) over \
+{{ requests }} requests in {{ window }}.
+
+h4. Windows
+||Window (UTC)||Requests||Mean drift||Threshold||
+{% for w in windows %}
+|{{ w.span }}|{{ w.requests }}|{{ w.mean_drift }}{{ " (!)" if w.above else "" }}|{{ w.threshold }}|
+{% endfor %}
+
+h4. Evidence
+* Peak mean drift: {{ peak_mean_drift }}
+* Threshold: {{ threshold }}
+* Compared with: {{ baseline }}
+{% if p95_drift is not none %}
+* p95 drift in the latest window: {{ p95_drift }}
+{% endif %}
+{% if late_count %}
+* Late events in the latest window: {{ late_count }}
+{% endif %}
+* Incident: {{ incident_label }} (id {{ incident_id }})
+
+h4. Diagnoses
+{% for r in reasons %}
+* *{{ r.code }}*: {{ r.message }}
+{% else %}
+* none
+{% endfor %}
+
+{% if dashboard_url %}
+[Dashboard|{{ dashboard_url }}]
+
+{% endif %}
+_Opened by anchorwatch. Updates arrive as comments; the ticket is transitioned when the \
+drift is back to normal._"""
+
+
+def _jira_windows(
     view: IncidentView, history: Sequence[WindowPoint], limit: int = 10
-) -> list[str]:
-    rows = ["||Window (UTC)||Requests||Mean drift||Threshold||"]
+) -> list[dict[str, Any]]:
     points = list(history)[-limit:] or [
         WindowPoint(
             view.window.window_start_ms,
@@ -144,11 +214,16 @@ def _jira_window_rows(
             view.window.request_count,
         )
     ]
-    for p in points:
-        mark = " (!)" if p.mean_drift > p.threshold else ""
-        span = f"{utc(p.window_start_ms)[:-4]}–{hhmm(p.window_end_ms)}"
-        rows.append(f"|{span}|{p.request_count}|{p.mean_drift:.3f}{mark}|{p.threshold:.3f}|")
-    return rows
+    return [
+        {
+            "span": f"{utc(p.window_start_ms)[:-4]}–{hhmm(p.window_end_ms)}",
+            "requests": p.request_count,
+            "mean_drift": f"{p.mean_drift:.3f}",
+            "threshold": f"{p.threshold:.3f}",
+            "above": p.mean_drift > p.threshold,
+        }
+        for p in points
+    ]
 
 
 def _jira_reasons(reasons: Sequence[Reason]) -> list[str]:
@@ -157,44 +232,55 @@ def _jira_reasons(reasons: Sequence[Reason]) -> list[str]:
     return [f"* *{jira_escape(r.code)}*: {jira_escape(truncate(r.message, 500))}" for r in reasons]
 
 
-def jira_description(view: IncidentView, history: Sequence[WindowPoint] = ()) -> str:
-    """The ticket body (Jira wiki markup, REST v2): the evidence people need to act."""
+def description_variables(
+    view: IncidentView, route: RouteInfo = NO_ROUTE, history: Sequence[WindowPoint] = ()
+) -> dict[str, Any]:
+    """What the description template is given: untrusted text wiki-escaped (shown
+    literally: no markup, links, mentions or icons from a doc type), URLs made safe."""
     w = view.window
-    lines = [
-        f"*Drift alert* for document type *{jira_escape(truncate(view.doc_type, 300))}*: "
-        f"severity *{view.severity.upper()}*, {state_phrase(view)}.",
-        "",
-        f"Mean drift *{w.mean_drift:.3f}* against threshold *{view.threshold:.3f}* "
-        f"({jira_escape(baseline_phrase(view))}) over {w.request_count} requests in "
-        f"{window_span(w)}.",
-        "",
-        "h4. Windows",
-        *_jira_window_rows(view, history),
-        "",
-        "h4. Evidence",
-        f"* Peak mean drift: {view.peak_mean_drift:.3f}",
-        f"* Threshold: {view.threshold:.3f}",
-        f"* Compared with: {jira_escape(baseline_phrase(view))}",
-    ]
-    if w.p95_drift is not None:
-        lines.append(f"* p95 drift in the latest window: {w.p95_drift:.3f}")
-    if w.late_count:
-        lines.append(f"* Late events in the latest window: {w.late_count}")
-    lines += [
-        f"* Incident: {jira_escape(incident_label(view.incident_id))} "
-        f"(id {jira_escape(truncate(view.incident_id, 200))})",
-        "",
-        "h4. Diagnoses",
-        *_jira_reasons(view.reasons),
-        "",
-    ]
-    if url := safe_url(view.dashboard_url):
-        lines += [f"[Dashboard|{url}]", ""]
-    lines.append(
-        "_Opened by anchorwatch. Updates arrive as comments; the ticket is transitioned "
-        "when the drift is back to normal._"
-    )
-    return truncate("\n".join(lines), JIRA_TEXT_MAX)
+    return {
+        "doc_type": jira_escape(truncate(view.doc_type, 300)),
+        "severity": view.severity,
+        "severity_upper": view.severity.upper(),
+        "state": view.state,
+        "state_phrase": state_phrase(view),
+        "mean_drift": f"{w.mean_drift:.3f}",
+        "threshold": f"{view.threshold:.3f}",
+        "peak_mean_drift": f"{view.peak_mean_drift:.3f}",
+        "requests": w.request_count,
+        "window": window_span(w),
+        "baseline": jira_escape(baseline_phrase(view)),
+        "p95_drift": f"{w.p95_drift:.3f}" if w.p95_drift is not None else None,
+        "late_count": w.late_count or 0,
+        "incident_label": jira_escape(incident_label(view.incident_id)),
+        "incident_id": jira_escape(truncate(view.incident_id, 200)),
+        "windows": _jira_windows(view, history),
+        "reasons": [
+            {"code": jira_escape(r.code), "message": jira_escape(truncate(r.message, 500))}
+            for r in view.reasons
+        ],
+        "dashboard_url": safe_url(view.dashboard_url),
+        "owner": jira_escape(truncate(route.owner, 200)) if route.owner else None,
+        "runbook_url": safe_url(route.runbook_url),
+    }
+
+
+def check_description_template(source: str) -> str:
+    """The template if it renders against a sample incident (ValueError otherwise)."""
+    return check_template(source, description_variables)
+
+
+def jira_description(
+    view: IncidentView,
+    history: Sequence[WindowPoint] = (),
+    *,
+    route: RouteInfo = NO_ROUTE,
+    template: str | None = None,
+) -> str:
+    """The ticket body (Jira wiki markup, REST v2): the evidence people need to act."""
+    variables = description_variables(view, route, history)
+    text = render(template or DEFAULT_DESCRIPTION_TEMPLATE, variables)
+    return truncate(text, JIRA_TEXT_MAX)
 
 
 def jira_update_comment(view: IncidentView) -> str:

@@ -4,29 +4,37 @@ resolution) and reconciling one that may have been sent already.
 Opening searches by the incident's hash label before creating, so it needs no
 reconciliation; a comment is found again by its exact body, a resolution by the ticket's
 status (commented but not transitioned: the transition is finished without a second
-comment).
+comment). An acknowledgement assigns the ticket first (to the acknowledging Slack user's
+Jira user, ``routing.jira_users``, else the route's ``jira_assignee``), then comments: the
+assignment is idempotent, so a retry after a lost answer repeats it harmlessly, and a
+comment found by reconciliation means the assignment was made.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from anchorwatch.alerting.integrations.base import Delivered, Integration, Sender, missing
-from anchorwatch.alerting.integrations.jira.notifier import JiraNotifier, connect
+from anchorwatch.alerting.integrations.jira.notifier import (
+    JiraNotifier,
+    connect,
+    new_issue_fields,
+)
 from anchorwatch.alerting.integrations.jira.render import (
     jira_ack_comment,
-    jira_description,
-    jira_labels,
     jira_resolved_comment,
-    jira_summary,
     jira_update_comment,
 )
-from anchorwatch.alerting.notify import Caller
+from anchorwatch.alerting.notify import Caller, NotifyError
 from anchorwatch.alerting.payload import Note
-from anchorwatch.alerting.settings import AlertingSettings, JiraSection
+from anchorwatch.alerting.render import IncidentView
+from anchorwatch.alerting.settings import AlertingSettings, JiraSection, RoutingSection
 from anchorwatch.alerting.store import OutboxEntry
+
+log = logging.getLogger(__name__)
 
 
 def _same_text(a: str, b: str) -> bool:
@@ -43,9 +51,11 @@ class JiraSender(Sender):
         notifier: JiraNotifier,
         *,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        routing: RoutingSection | None = None,
     ) -> None:
         self._notifier = notifier
         self._clock_ms = clock_ms
+        self._routing = routing
 
     @classmethod
     def from_settings(
@@ -54,9 +64,12 @@ class JiraSender(Sender):
         caller: Caller,
         *,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        routing: RoutingSection | None = None,
     ) -> JiraSender:
-        notifier = JiraNotifier(lambda: connect(settings), settings, caller, clock_ms=clock_ms)
-        return cls(notifier, clock_ms=clock_ms)
+        notifier = JiraNotifier(
+            lambda: connect(settings), settings, caller, clock_ms=clock_ms, routing=routing
+        )
+        return cls(notifier, clock_ms=clock_ms, routing=routing)
 
     def _key(self, entry: OutboxEntry) -> str:
         if entry.refs.jira_key is None:
@@ -77,12 +90,32 @@ class JiraSender(Sender):
                 return Delivered("sent", {"jira_last_comment_ms": self._clock_ms()})
             return Delivered("suppressed")
         if entry.action == "acknowledge":
+            self._assign(key, note.view)
             self._notifier.add_comment(key, jira_ack_comment(note.view))
             return Delivered("sent")
         result = self._notifier.resolve(key, note.view)
         if result.error:
             raise missing("jira", "resolve", result.error)
         return Delivered("sent")
+
+    def _assign(self, key: str, view: IncidentView) -> None:
+        """Assign the acknowledged ticket when the settings name someone. A user Jira does
+        not know is logged and skipped (the comment still says who acknowledged); a
+        retryable failure is raised for the outbox to retry the entry."""
+        if self._routing is None:
+            return
+        assignee = self._routing.jira_assignee(view.doc_type, view.acked_by)
+        if assignee is None:
+            return
+        try:
+            self._notifier.assign(key, assignee)
+        except NotifyError as error:
+            if error.retryable:
+                raise
+            log.error(
+                "jira ticket not assigned",
+                extra={"key": key, "assignee": assignee, "error": str(error)},
+            )
 
     def reconcile(self, entry: OutboxEntry) -> Delivered | None:
         if entry.action == "open":
@@ -112,16 +145,22 @@ def describe(settings: AlertingSettings, entry: OutboxEntry) -> dict[str, Any]:
     note = Note.of(entry)
     view, jira = note.view, settings.jira
     if entry.action == "open":
+        fields = new_issue_fields(
+            jira, settings.routing.route_for(view.doc_type), view, note.history
+        )
         return {
-            "summary": jira_summary(view, jira.summary_template),
-            "description": jira_description(view, note.history),
-            "labels": [*jira_labels(view), *jira.extra_labels],
+            "project": fields["project"]["key"],
+            "component": settings.routing.route_for(view.doc_type).jira_component,
+            "summary": fields["summary"],
+            "description": fields["description"],
+            "labels": fields["labels"],
             "priority": jira.priorities.get(view.severity),
         }
     if entry.action == "update":
         return {"comment": jira_update_comment(view), "forced": note.force_comment}
     if entry.action == "acknowledge":
-        return {"comment": jira_ack_comment(view)}
+        assignee = settings.routing.jira_assignee(view.doc_type, view.acked_by)
+        return {"comment": jira_ack_comment(view), "assignee": assignee}
     return {"comment": jira_resolved_comment(view), "transition": jira.resolve_transition}
 
 
@@ -138,7 +177,9 @@ JIRA = Integration(
     },
     then={"reopened": "updated"},
     enabled=lambda settings: settings.jira.enabled,
-    sender=lambda settings, caller: JiraSender.from_settings(settings.jira, caller),
+    sender=lambda settings, caller: JiraSender.from_settings(
+        settings.jira, caller, routing=settings.routing
+    ),
     describe=describe,
     rate_per_s=lambda settings: settings.alerting.jira_rate_per_s,
 )

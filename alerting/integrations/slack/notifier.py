@@ -34,6 +34,8 @@ from slack_sdk.webhook import WebhookClient
 
 from anchorwatch.alerting.integrations.slack.chart import chart_alt_text, chart_title, render_chart
 from anchorwatch.alerting.integrations.slack.render import (
+    DEFAULT_HEADLINE_TEMPLATE,
+    DEFAULT_TEXT_TEMPLATE,
     SlackMessage,
     slack_acknowledged,
     slack_parent,
@@ -52,6 +54,7 @@ from anchorwatch.alerting.notify import (
     failure,
 )
 from anchorwatch.alerting.render import IncidentView, WindowPoint, incident_label
+from anchorwatch.alerting.routing import NO_ROUTE
 from anchorwatch.alerting.settings import RoutingSection, SlackSection
 
 log = logging.getLogger(__name__)
@@ -62,6 +65,29 @@ TRANSIENT_ERRORS = frozenset(
     {"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"}
 )
 ChartRenderer = Callable[[Sequence[WindowPoint], str], bytes]
+
+
+@dataclass(frozen=True)
+class ParentStyle:
+    """How parent messages are drawn: the routes (owner, runbook) and the templates."""
+
+    routing: RoutingSection | None = None
+    text_template: str = DEFAULT_TEXT_TEMPLATE
+    headline_template: str = DEFAULT_HEADLINE_TEMPLATE
+
+    @classmethod
+    def of(cls, slack: SlackSection, routing: RoutingSection | None) -> ParentStyle:
+        return cls(routing, slack.text_template, slack.headline_template)
+
+    def parent(self, incident: IncidentView, *, buttons: bool = False) -> SlackMessage:
+        route = self.routing.route_for(incident.doc_type) if self.routing else NO_ROUTE
+        return slack_parent(
+            incident,
+            buttons=buttons,
+            route=route,
+            text_template=self.text_template,
+            headline_template=self.headline_template,
+        )
 
 
 @dataclass(frozen=True)
@@ -132,8 +158,10 @@ class SlackNotifier:
         broadcast_resolution: bool = True,
         chart_renderer: ChartRenderer | None = None,
         buttons: bool = False,
+        style: ParentStyle | None = None,
     ) -> None:
         self._client = client
+        self._style = style or ParentStyle(routing)
         self._buttons = buttons  # the parent's Acknowledge and Silence buttons
         self._routing = routing
         self._retry = retry
@@ -155,6 +183,7 @@ class SlackNotifier:
             chart_windows=slack.chart_windows,
             broadcast_resolution=slack.broadcast_resolution,
             buttons=slack.buttons,
+            style=ParentStyle.of(slack, routing),
         )
 
     def _call(self, operation: str, fn: Callable[[], SlackResponse]) -> SlackResponse:
@@ -183,7 +212,7 @@ class SlackNotifier:
         channel = self._routing.channel_for(incident.doc_type, incident.severity)
         response = self._post(
             channel,
-            slack_parent(incident, buttons=self._buttons),
+            self._style.parent(incident, buttons=self._buttons),
             metadata={
                 "event_type": "anchorwatch_incident",
                 "event_payload": {"incident_label": incident_label(incident.incident_id)},
@@ -243,7 +272,7 @@ class SlackNotifier:
     def edit_parent(self, ref: SlackRef, incident: IncidentView) -> NotifyError | None:
         """Show the incident's current state in its parent message (an edit is idempotent).
         A failure is logged and returned, not raised: the reply before it is what counts."""
-        message = slack_parent(incident, buttons=self._buttons)
+        message = self._style.parent(incident, buttons=self._buttons)
         try:
             self._call(
                 "chat.update",
@@ -359,19 +388,24 @@ class SlackWebhookNotifier:
     """Incoming-webhook mode: each change is one full-state message; no threads, no charts,
     no edits (a webhook cannot do them)."""
 
-    def __init__(self, client: WebhookClient, retry: Caller) -> None:
+    def __init__(
+        self, client: WebhookClient, retry: Caller, style: ParentStyle | None = None
+    ) -> None:
         self._client = client
         self._retry = retry
+        self._style = style or ParentStyle()
 
     @classmethod
-    def from_settings(cls, slack: SlackSection, retry: Caller) -> SlackWebhookNotifier:
+    def from_settings(
+        cls, slack: SlackSection, retry: Caller, routing: RoutingSection | None = None
+    ) -> SlackWebhookNotifier:
         url = slack.webhook()
         if url is None:
             raise ValueError("slack.webhook_url: not set")
         client = WebhookClient(
             url.get_secret_value(), timeout=max(1, round(slack.timeout_s)), retry_handlers=[]
         )
-        return cls(client, retry)
+        return cls(client, retry, ParentStyle.of(slack, routing))
 
     def _send(self, operation: str, message: SlackMessage) -> None:
         def once() -> None:
@@ -391,13 +425,13 @@ class SlackWebhookNotifier:
         self._retry.call(once, service=SERVICE, operation=operation)
 
     def open(self, incident: IncidentView) -> None:
-        self._send("webhook.open", slack_parent(incident))
+        self._send("webhook.open", self._style.parent(incident))
 
     def update(self, incident: IncidentView) -> None:
-        self._send("webhook.update", slack_parent(incident))
+        self._send("webhook.update", self._style.parent(incident))
 
     def resolve(self, incident: IncidentView) -> None:
-        self._send("webhook.resolve", slack_parent(incident))
+        self._send("webhook.resolve", self._style.parent(incident))
 
 
 def web_client(slack: SlackSection) -> WebClient:

@@ -9,7 +9,8 @@ cut). ``SlackMessage.blocks`` holds the dicts that go on the wire.
 
 Untrusted text (doc types, reasons) is escaped for mrkdwn: ``&``, ``<``, ``>`` as entities so
 ``<!channel>`` is text, bare ``@here``/``@channel`` broken, doc types shown as inline code so
-``*``/``_``/``~`` cannot format.
+``*``/``_``/``~`` cannot format. The parent's fallback text and headline come from templates
+(``templates.py``) given only such escaped values (``slack_variables``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from anchorwatch.alerting.render import (
     truncate,
     window_span,
 )
+from anchorwatch.alerting.routing import NO_ROUTE, RouteInfo
+from anchorwatch.alerting.templates import check_template, render
 from anchorwatch.contracts import Reason
 
 #: Slack's Block Kit limits.
@@ -50,6 +53,12 @@ SLACK_TEXT_MAX = 40_000
 ACK = "anchorwatch_ack"
 SILENCE_1H = "anchorwatch_silence_1h"
 SILENCE_RESOLVED = "anchorwatch_silence_resolved"
+#: The parent's plain-text fallback (also the notification) and its headline block.
+DEFAULT_TEXT_TEMPLATE = (
+    "[{{ severity_upper }}] {{ title }}: {{ doc_type }} mean drift {{ mean_drift }} "
+    "vs threshold {{ threshold }} ({{ state }})"
+)
+DEFAULT_HEADLINE_TEMPLATE = "{{ icon }} *{{ title }}* {{ doc_type }} · *{{ severity_upper }}*"
 
 
 @dataclass(frozen=True)
@@ -111,14 +120,52 @@ def _buttons(view: IncidentView) -> ActionsBlock:
     )
 
 
-def slack_parent(view: IncidentView, *, buttons: bool = False) -> SlackMessage:
-    """The incident's parent message, edited in place to show the current state; with
-    ``buttons`` (a signing secret is set) an open one carries the incident's buttons."""
+def slack_variables(view: IncidentView, route: RouteInfo = NO_ROUTE) -> dict[str, Any]:
+    """What the parent's templates are given: each value already safe in mrkdwn (untrusted
+    text escaped, the doc type as inline code), so no template can let it format or notify."""
     w = view.window
-    icon = _STATE_ICON[view.state]
-    sev = view.severity.upper()
-    title = "Drift resolved" if view.state == "resolved" else "Drift alert"
-    head = f"{icon} *{title}* {slack_literal(view.doc_type)} · *{sev}*"
+    return {
+        "doc_type": slack_literal(view.doc_type),
+        "severity": view.severity,
+        "severity_upper": view.severity.upper(),
+        "title": "Drift resolved" if view.state == "resolved" else "Drift alert",
+        "icon": _STATE_ICON[view.state],
+        "state": "resolved" if view.state == "resolved" else "open",
+        "state_phrase": state_phrase(view),
+        "mean_drift": f"{w.mean_drift:.3f}",
+        "threshold": f"{view.threshold:.3f}",
+        "peak_mean_drift": f"{view.peak_mean_drift:.3f}",
+        "requests": w.request_count,
+        "window": window_span(w),
+        "baseline": slack_escape(baseline_phrase(view)),
+        "incident_label": incident_label(view.incident_id),
+        "owner": slack_escape(truncate(route.owner, 200)) if route.owner else None,
+        "owner_mention": route.mention,
+        "runbook_url": safe_url(route.runbook_url),
+        "dashboard_url": safe_url(view.dashboard_url),
+        "acked_by": slack_mention(view.acked_by) if view.acked_by else None,
+    }
+
+
+def check_slack_template(source: str) -> str:
+    """The template if it renders against a sample incident (ValueError otherwise)."""
+    return check_template(source, slack_variables)
+
+
+def slack_parent(
+    view: IncidentView,
+    *,
+    buttons: bool = False,
+    route: RouteInfo = NO_ROUTE,
+    text_template: str = DEFAULT_TEXT_TEMPLATE,
+    headline_template: str = DEFAULT_HEADLINE_TEMPLATE,
+) -> SlackMessage:
+    """The incident's parent message, edited in place to show the current state; with
+    ``buttons`` (a signing secret is set) an open one carries the incident's buttons; the
+    route's owner and runbook in its context line."""
+    w = view.window
+    variables = slack_variables(view, route)
+    head = render(headline_template, variables).strip() or variables["title"]
     fields = [
         f"*Mean drift*\n{w.mean_drift:.3f} (threshold {view.threshold:.3f})",
         f"*Requests*\n{w.request_count} in {window_span(w)}",
@@ -129,7 +176,7 @@ def slack_parent(view: IncidentView, *, buttons: bool = False) -> SlackMessage:
     if (adapted := adapted_phrase(view, slack_literal)) is not None:
         fields.append(f"*Resolution*\n{adapted}")
     blocks: list[Block] = [
-        _section(head),
+        _section(truncate(head, SLACK_SECTION_MAX)),
         SectionBlock(fields=[_mrkdwn(truncate(f, SLACK_FIELD_MAX)) for f in fields]),
     ]
     if view.reasons:
@@ -137,7 +184,12 @@ def slack_parent(view: IncidentView, *, buttons: bool = False) -> SlackMessage:
     context = [f"incident {slack_literal(incident_label(view.incident_id))}"]
     if link := slack_link(view.dashboard_url, "dashboard"):
         context.append(link)
-    blocks.append(ContextBlock(elements=[_mrkdwn(" · ".join(context))]))
+    if route.owner or route.mention:
+        owner = " ".join(v for v in (variables["owner"], route.mention) if v)
+        context.append(f"owner {owner}")
+    if link := slack_link(route.runbook_url, "runbook"):
+        context.append(link)
+    blocks.append(ContextBlock(elements=[_mrkdwn(truncate(" · ".join(context), SLACK_FIELD_MAX))]))
     if view.acked_by:
         blocks.append(
             ContextBlock(
@@ -146,11 +198,7 @@ def slack_parent(view: IncidentView, *, buttons: bool = False) -> SlackMessage:
         )
     if buttons and view.state != "resolved":
         blocks.append(_buttons(view))
-    state = "resolved" if view.state == "resolved" else "open"
-    text = (
-        f"[{sev}] {title}: {slack_literal(view.doc_type)} mean drift {w.mean_drift:.3f} "
-        f"vs threshold {view.threshold:.3f} ({state})"
-    )
+    text = render(text_template, variables).strip() or head
     return SlackMessage(truncate(text, SLACK_TEXT_MAX), _wire(blocks))
 
 

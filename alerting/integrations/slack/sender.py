@@ -24,6 +24,7 @@ from typing import Any
 
 from anchorwatch.alerting.integrations.base import Delivered, Integration, Sender, missing
 from anchorwatch.alerting.integrations.slack.notifier import (
+    ParentStyle,
     SlackNotifier,
     SlackRef,
     SlackResult,
@@ -262,7 +263,8 @@ def describe(settings: AlertingSettings, entry: OutboxEntry) -> dict[str, Any]:
         return {"chart": name, "windows": len(points)}
     message = RENDER[entry.action](view)
     if entry.action == "open":
-        message = slack_parent(view, buttons=settings.slack.buttons)
+        style = ParentStyle.of(settings.slack, settings.routing)
+        message = style.parent(view, buttons=settings.slack.buttons)
     out: dict[str, Any] = {"text": message.text, "blocks": message.blocks}
     if entry.action == "open":
         out["channel"] = settings.routing.channel_for(view.doc_type, view.severity)
@@ -271,7 +273,8 @@ def describe(settings: AlertingSettings, entry: OutboxEntry) -> dict[str, Any]:
 
 def _sender(settings: AlertingSettings, caller: Caller) -> SlackSender | SlackWebhookSender:
     if settings.slack.mode == "webhook":
-        return SlackWebhookSender(SlackWebhookNotifier.from_settings(settings.slack, caller))
+        notifier = SlackWebhookNotifier.from_settings(settings.slack, caller, settings.routing)
+        return SlackWebhookSender(notifier)
     return SlackSender.from_settings(settings.slack, settings.routing, caller)
 
 
