@@ -8,7 +8,10 @@ everything written, the COMMIT not reached), batch_after_commit (committed, befo
 commit), send_before (an outbox entry marked attempting, its request not sent), send_after
 (the remote side accepted it, not yet marked done), done_in_commit (inside the transaction
 that marks it done: written, not committed), release_before_commit (incidents held while
-muted decided to post, their transaction not begun), ack_before_commit (acknowledgements
+muted decided to post, their transaction not begun), group_before_commit (data-quality
+incidents whose group wait is over decided: grouped, joined or posted on their own, and
+inhibited incidents whose inhibitor is gone posted; their transaction not begun),
+ack_before_commit (acknowledgements
 from Slack applied, their transaction not begun). The engine and the drainer call the hook; the
 crash trials (tests/integration/alerting/test_service_crash.py) set it.
 """
@@ -30,6 +33,7 @@ CRASH_POINTS: Final = (
     "batch_in_commit",
     "batch_after_commit",
     "release_before_commit",
+    "group_before_commit",
     "ack_before_commit",
     "send_before",
     "send_after",

@@ -15,21 +15,35 @@ processed for its type is skipped (counted as ``replay`` when its id was seen, `
 otherwise). While an incident stays in breach the engine posts progress updates at most
 every ``update_interval_s`` of event time; a silent type's incidents resolve as its verdicts
 partition moves on (see ``_advance``). The windows judged feed the refit history.
+
+Data-quality incidents are grouped across doc types and hold back their types' drift pages
+(``grouping.py``): decided per change here, and between batches in ``engine_release.py``
+(held posts, group decisions, acknowledgements); what both share is in ``engine_base.py``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
 from anchorwatch.alerting.crash import CrashHook, no_crash
+from anchorwatch.alerting.engine_base import Batch, RawMessage, TypeState
+from anchorwatch.alerting.engine_release import Releasing
 from anchorwatch.alerting.fanout import Fanout
+from anchorwatch.alerting.grouping import (
+    GROUP_RULE,
+    GROUP_WAIT,
+    INHIBITED_BY,
+    hold_kind,
+    inhibitor,
+    quality_code,
+)
 from anchorwatch.alerting.integrations.registry import named
 from anchorwatch.alerting.payload import history_from_json, history_to_json, notification_payload
 from anchorwatch.alerting.refit_rows import refit_incident
@@ -37,14 +51,13 @@ from anchorwatch.alerting.render import IncidentView, WindowPoint
 from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.silence_book import SilenceBook
-from anchorwatch.alerting.silences import Hold, Muting
+from anchorwatch.alerting.silences import Hold
 from anchorwatch.alerting.slack_actions import AckQueue
 from anchorwatch.alerting.store import BatchWrite, DocTypeRow, IncidentRow, Store
-from anchorwatch.alerting.views import STATES, change_view, row_view
+from anchorwatch.alerting.views import change_view
 from anchorwatch.contracts import (
     Baseline,
     ContractError,
-    Reason,
     Verdict,
     decode_verdict,
 )
@@ -58,31 +71,8 @@ log = logging.getLogger(__name__)
 #: Windows of history kept per doc type: the chart's and the Jira description's.
 MIN_HISTORY = 10
 
-
-@dataclass(frozen=True)
-class RawMessage:
-    """One record of the verdicts topic, as the consumer hands it over."""
-
-    topic: str
-    partition: int
-    offset: int
-    value: bytes | None
-
-
-@dataclass
-class _TypeState:
-    last_window_start_ms: int
-    history: deque[WindowPoint]
-    partition: int  # of the verdicts topic: a doc type is the key, so it stays on one
-
-
-@dataclass
-class _Batch:
-    write: BatchWrite
-    consumed_ms: int
-    muting: Muting  # the silences and maintenance windows in force as it is decided
-    touched: set[str] = field(default_factory=set)
-    rows: dict[str, IncidentRow] = field(default_factory=dict)  # incident rows to write
+# The records of a batch live in engine_base.py; importers name RawMessage from here.
+__all__ = ["MIN_HISTORY", "Engine", "RawMessage"]
 
 
 def _group_states(state: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -94,7 +84,7 @@ def _group_states(state: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return by_type
 
 
-class Engine:
+class Engine(Releasing):
     """Decides: verdicts -> incident changes -> outbox entries, committed per batch.
 
     Verdicts are handled one at a time, in order, and every decision depends only on the
@@ -130,10 +120,10 @@ class Engine:
             state={"policy_version": restored.policy_version, "states": states},
         )
         self.offsets: dict[tuple[str, int], int] = dict(restored.offsets)
-        self._types: dict[str, _TypeState] = {}
+        self._types: dict[str, TypeState] = {}
         for known in restored.doc_types.values():
             points = history_from_json(known.history)
-            self._types[known.doc_type] = _TypeState(
+            self._types[known.doc_type] = TypeState(
                 known.last_window_start_ms,
                 deque(points, maxlen=self._history_len),
                 known.partition,
@@ -150,10 +140,13 @@ class Engine:
         self._started = clock()
         self._open: dict[str, IncidentRow] = {}
         self._open_by_type: dict[str, set[str]] = {}
+        self._groups: dict[str, IncidentRow] = {}
         self._carry: list[IncidentRow] = []  # rows to write with the next batch
         tracked = {i.incident_id for i in self.tracker.open_incidents()}
         for row in restored.open_incidents:
-            if row.incident_id in tracked:
+            if row.rule == GROUP_RULE:
+                self._groups[row.incident_id] = row
+            elif row.incident_id in tracked:
                 self._set_open(row)
             else:
                 # A new policy version starts afresh (its incident ids differ): its detector
@@ -163,22 +156,12 @@ class Engine:
                     extra={"incident_id": row.incident_id, "doc_type": row.doc_type},
                 )
                 self._carry.append(replace(row, state="resolved", updated_ms=self._now_ms()))
+        for group in list(self._groups.values()):
+            if not any(m in self._open for m in group.record["members"]):
+                # Its members were abandoned with them: so is it.
+                self._carry.append(replace(group, state="resolved", updated_ms=self._now_ms()))
+                del self._groups[group.incident_id]
         self._publish_open()
-
-    def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
-
-    def _set_open(self, row: IncidentRow) -> None:
-        self._open[row.incident_id] = row
-        self._open_by_type.setdefault(row.doc_type, set()).add(row.incident_id)
-
-    def _set_closed(self, row: IncidentRow) -> None:
-        self._open.pop(row.incident_id, None)
-        ids = self._open_by_type.get(row.doc_type)
-        if ids is not None:
-            ids.discard(row.incident_id)
-            if not ids:
-                del self._open_by_type[row.doc_type]
 
     # ----------------------------------------------------------------- inputs
 
@@ -197,7 +180,7 @@ class Engine:
         """Decide one batch and commit it. Returns the next offsets it committed."""
         started = time.perf_counter()
         now_ms = self._now_ms()
-        batch = _Batch(BatchWrite(now_ms=now_ms), consumed_ms, self.muting(now_ms))
+        batch = Batch(BatchWrite(now_ms=now_ms), consumed_ms, self.muting(now_ms))
         verdicts = self._decode(messages, batch.write)
         seen = self._store.seen_verdicts(v.verdict_id for _, v in verdicts)
         for partition, verdict in verdicts:
@@ -263,7 +246,13 @@ class Engine:
         """The latest window end seen on any partition."""
         return max(self._watermarks.values(), default=0)
 
-    def _handle(self, partition: int, verdict: Verdict, seen: set[str], batch: _Batch) -> None:
+    def last_window_start_ms(self, doc_type: str) -> int | None:
+        """The start of the last window processed for ``doc_type`` (None: none yet); read by
+        the watchdog (``watchdog.py``)."""
+        known = self._types.get(doc_type)
+        return known.last_window_start_ms if known is not None else None
+
+    def _handle(self, partition: int, verdict: Verdict, seen: set[str], batch: Batch) -> None:
         w = verdict.window
         known = self._types.get(w.doc_type)
         if verdict.verdict_id in seen or (
@@ -279,7 +268,7 @@ class Engine:
             self._metrics.verdicts.labels("invalid").inc()
             return
         if known is None:
-            known = _TypeState(0, deque(maxlen=self._history_len), partition)
+            known = TypeState(0, deque(maxlen=self._history_len), partition)
             self._types[w.doc_type] = known
         known.last_window_start_ms = w.window_start_ms
         known.partition = partition
@@ -302,7 +291,7 @@ class Engine:
             self._watermarks[partition] = w.window_end_ms
             self._advance(batch, None if w.window_end_ms > topic_before else partition)
 
-    def _advance(self, batch: _Batch, partition: int | None) -> None:
+    def _advance(self, batch: Batch, partition: int | None) -> None:
         """Silent slots of the open incidents' types (of ``partition``, or of all).
 
         A type is silent for a window once its own partition is ``silence_lag_s`` past it:
@@ -329,10 +318,6 @@ class Engine:
 
     # ----------------------------------------------------------------- decisions
 
-    def _history(self, doc_type: str, until_ms: int) -> list[WindowPoint]:
-        known = self._types.get(doc_type)
-        return [p for p in known.history if p.window_start_ms <= until_ms] if known else []
-
     def _window_size(self, doc_type: str) -> int:
         known = self._types.get(doc_type)
         if known and known.history:
@@ -346,7 +331,7 @@ class Engine:
             change, self._window_size(doc_type), self._settings.routing.dashboard_url(doc_type)
         )
 
-    def _apply(self, change: IncidentChange, batch: _Batch) -> None:
+    def _apply(self, change: IncidentChange, batch: Batch) -> None:
         inc = change.incident
         if self.refit is not None:
             refit_incident(self.refit, inc)
@@ -361,13 +346,27 @@ class Engine:
         event = drift_event(change, batch.write.now_ms).model_dump(mode="json", exclude_none=True)
         forced = change.kind in ("updated", "reopened")
         payload = notification_payload(view, history, force_comment=forced)
+        g = self._settings.grouping
+        code, gid = (row.quality_code, row.group_id) if row else (None, None)
+        if change.kind in ("opened", "reopened"):
+            reasons = change.judgement.reasons if change.judgement else []
+            code = quality_code(reasons, g.codes) if g.enabled else None
+            gid = gid if gid in self._groups else None  # its group resolved: decided afresh
         muted = batch.muting.reason(inc.doc_type, inc.severity, inc.incident_id)
-        held = Hold.after(
-            change.kind, row.held_by if row else None, row.held_kind if row else None, muted
-        )
+        join = None
+        if muted is None and gid is None and g.enabled:
+            muted, join = self._holds(change.kind, row, inc.doc_type, inc.incident_id, code)
+        if gid is not None or join is not None:
+            # A member: people hear of it through its group; its drift event goes out.
+            held = Hold("events")
+        else:
+            held = Hold.after(
+                change.kind, row.held_by if row else None, row.held_kind if row else None, muted
+            )
         if held.release is not None:
-            # Nothing mutes it any more: people get what was held back, as it stands now.
-            seq = self._post_held(batch, view, history, held.release, seq)
+            # Nothing holds it any more: people get what was held back, as it stands now.
+            held_by = row.held_by if row else None
+            seq = self._post_held(batch, view, history, held.release, seq, held_by)
         seq = self._fanout.enqueue_change(
             batch.write,
             batch.consumed_ms,
@@ -378,6 +377,7 @@ class Engine:
             event,
             audience=held.audience,
         )
+        waited = row.wait_until_ms if row and row.held_by == GROUP_WAIT else None
         resolved = change.kind == "resolved"
         new_row = IncidentRow(
             incident_id=inc.incident_id,
@@ -397,12 +397,20 @@ class Engine:
             held_kind=held.kind,
             acked_by=acked.acked_by if acked else None,
             acked_ms=acked.acked_ms if acked else None,
+            quality_code=code,
+            group_id=gid,
+            wait_until_ms=(
+                (waited or batch.write.now_ms + g.wait_s * 1000) if held.by == GROUP_WAIT else None
+            ),
         )
         batch.rows[inc.incident_id] = new_row
-        if resolved:
-            self._set_closed(new_row)
-        else:
-            self._set_open(new_row)
+        self._keep(new_row)
+        if join is not None:
+            self._join(batch, join, [new_row])
+        elif gid is not None:
+            self._member_changed(batch, new_row, change.kind)
+        if resolved and code is not None:
+            self._release_inhibited(batch, inc.incident_id)
         log.info(
             "incident " + change.kind,
             extra={
@@ -413,109 +421,27 @@ class Engine:
             },
         )
 
-    def muting(self, now_ms: int) -> Muting:
-        """The silences and maintenance windows in force at ``now_ms``."""
-        windows = self._settings.alerting.maintenance_windows
-        return Muting.at(self._silences.active(now_ms), windows, now_ms)
+    def _holds(
+        self, kind: str, row: IncidentRow | None, doc_type: str, incident_id: str, code: str | None
+    ) -> tuple[str | None, IncidentRow | None]:
+        """What holds a change back from people now, when no silence does (``grouping.py``),
+        and the open group it joins instead, if any."""
+        held_by = row.held_by if row else None
+        if held_by is not None and hold_kind(held_by) == "group-wait":
+            # Resolved before its group was decided: posted on its own, opened and resolved.
+            return (None if kind == "resolved" else GROUP_WAIT), None
+        if held_by is not None and hold_kind(held_by) == "inhibited":
+            return (held_by if inhibitor(held_by) in self._open else None), None
+        if held_by is not None or kind not in ("opened", "reopened"):
+            return None, None  # a silence ended, or posted already: as before
+        if (blocker := self._inhibitor_for(doc_type, incident_id)) is not None:
+            return INHIBITED_BY + blocker, None
+        if code is None:
+            return None, None
+        group = self._group_of_code(code)
+        return (None, group) if group is not None else (GROUP_WAIT, None)
 
-    def _post_held(
-        self,
-        batch: _Batch,
-        view: IncidentView,
-        history: list[WindowPoint],
-        kind: str,
-        seq: int,
-    ) -> int:
-        """The post held back while the incident was muted, to the integrations that post
-        for people, as the incident stands now; the next seq."""
-        note = Reason(code="held", message="held back while muted; posted now that it is not")
-        view = replace(view, state=STATES[kind], reasons=[*view.reasons, note])
-        payload = notification_payload(view, history, force_comment=kind == "reopened")
-        log.info(
-            "held incident posted",
-            extra={"incident_id": view.incident_id, "doc_type": view.doc_type, "kind": kind},
-        )
-        return self._fanout.enqueue_change(
-            batch.write, batch.consumed_ms, view.incident_id, seq, kind, payload
-        )
-
-    def release_held(self, consumed_ms: int) -> int:
-        """Posts the open incidents held back while muted that nothing mutes any more, in
-        one transaction; how many. The service calls it between batches."""
-        now_ms = self._now_ms()
-        self._silences.expire_resolved(now_ms)  # "until resolved": their incidents resolved
-        held = [row for row in self.open_incidents() if row.held_by is not None]
-        if not held:  # the usual case: no need to read the silences every few seconds
-            return 0
-        muting = self.muting(now_ms)
-        due = [r for r in held if muting.reason(r.doc_type, r.severity, r.incident_id) is None]
-        if not due:
-            return 0
-        batch = _Batch(BatchWrite(now_ms=now_ms), consumed_ms, muting)
-        for row in due:
-            history = self._history(row.doc_type, now_ms)
-            seq = self._post_held(
-                batch,
-                row_view(row, history, self._settings.routing.dashboard_url(row.doc_type)),
-                history,
-                row.held_kind or "opened",
-                row.next_seq,
-            )
-            new_row = replace(row, next_seq=seq, held_by=None, held_kind=None, updated_ms=now_ms)
-            batch.rows[row.incident_id] = new_row
-        batch.write.incidents = list(batch.rows.values())
-        self._crash("release_before_commit", "")
-        self._store.commit_batch(
-            batch.write, keep_verdict_ids=self._settings.alerting.recent_verdict_ids
-        )
-        for new_row in batch.rows.values():
-            self._set_open(new_row)
-        self._publish_open()
-        return len(due)
-
-    def apply_acks(self, consumed_ms: int) -> int:
-        """Applies the acknowledgements recorded from Slack (``slack_actions.py``), in one
-        transaction with the notifications they cause; how many took effect. The service
-        calls it between batches. One of an incident that has resolved meanwhile, or was
-        acknowledged already, is marked so and does nothing."""
-        pending = self._acks.pending()
-        if not pending:
-            return 0
-        now_ms = self._now_ms()
-        batch = _Batch(BatchWrite(now_ms=now_ms), consumed_ms, self.muting(now_ms))
-        for ack in pending:
-            row = batch.rows.get(ack.incident_id) or self._open.get(ack.incident_id)
-            outcome = "resolved" if row is None else "already" if row.acked_by else "applied"
-            batch.write.statements.append(ack.applied(outcome, now_ms))
-            if row is None or row.acked_by:
-                continue
-            seq = row.next_seq
-            if row.held_by is None:  # people have heard of it: tell them who is on it
-                history = self._history(row.doc_type, now_ms)
-                url = self._settings.routing.dashboard_url(row.doc_type)
-                view = row_view(row, history, url)
-                view = replace(view, acked_by=ack.user_id, acked_name=ack.user_name)
-                payload = notification_payload(view, history)
-                seq = self._fanout.enqueue_change(
-                    batch.write, consumed_ms, row.incident_id, seq, "acknowledged", payload
-                )
-            batch.rows[row.incident_id] = replace(
-                row, next_seq=seq, acked_by=ack.user_id, acked_ms=ack.received_ms, updated_ms=now_ms
-            )
-            log.info(
-                "incident acknowledged",
-                extra={"incident_id": row.incident_id, "user_id": ack.user_id},
-            )
-        batch.write.incidents = list(batch.rows.values())
-        self._crash("ack_before_commit", "")
-        self._store.commit_batch(
-            batch.write, keep_verdict_ids=self._settings.alerting.recent_verdict_ids
-        )
-        for new_row in batch.rows.values():
-            self._set_open(new_row)
-        return len(batch.rows)
-
-    def _progress(self, verdict: Verdict, changed: set[str], batch: _Batch) -> None:
+    def _progress(self, verdict: Verdict, changed: set[str], batch: Batch) -> None:
         """Open incidents of this verdict's type that it keeps in breach (by each incident's
         rule: ``BreachLevels``): follow their peak, and post a progress update once
         ``update_interval_s`` (event time) has passed since the last message."""
@@ -528,6 +454,7 @@ class Engine:
             # Muted or acknowledged: no progress posts (muted: they resume once nothing does).
             muted = (
                 row.held_by
+                or row.group_id  # posted through its group
                 or row.acked_by
                 or batch.muting.reason(row.doc_type, row.severity, incident_id)
             )
@@ -558,7 +485,7 @@ class Engine:
             batch.rows[incident_id] = new_row
             self._set_open(new_row)
 
-    def _refresh(self, batch: _Batch, by_type: dict[str, list[dict[str, Any]]]) -> None:
+    def _refresh(self, batch: Batch, by_type: dict[str, list[dict[str, Any]]]) -> None:
         """Open incidents' records as the detector holds them at the end of the batch."""
         for doc_type in batch.touched:
             for entry in by_type.get(doc_type, []):
@@ -569,15 +496,6 @@ class Engine:
                 new_row = replace(row, record=record, severity=record["severity"])
                 batch.rows[row.incident_id] = new_row
                 self._set_open(new_row)
-
-    def _publish_open(self) -> None:
-        self._metrics.open_incidents(Counter(r.severity for r in self._open.values()))
-        self._metrics.incidents_silenced.set(
-            sum(1 for r in self._open.values() if r.held_by is not None)
-        )
-
-    def open_incidents(self) -> list[IncidentRow]:
-        return sorted(self._open.values(), key=lambda r: (r.opened_at_ms, r.doc_type))
 
     def prune(self, before_ms: int) -> int:
         return self._store.prune(before_ms)

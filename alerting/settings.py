@@ -20,6 +20,7 @@ from urllib.parse import quote, urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from anchorwatch.alerting.grouping_settings import GroupingSection
 from anchorwatch.alerting.integrations.jira.render import (
     DEFAULT_SUMMARY_TEMPLATE,
     check_description_template,
@@ -575,3 +576,4 @@ class AlertingSettings(ServiceSettings):
     retry: RetrySection = Field(default_factory=RetrySection)
     pagerduty: PagerDutySection = Field(default_factory=PagerDutySection)
     webhook: WebhookSection = Field(default_factory=WebhookSection)
+    grouping: GroupingSection = Field(default_factory=GroupingSection)

@@ -3,7 +3,8 @@ version, policy version, partition watermarks, learnt Slack channel ids), ``offs
 next verdict offset per partition), ``tracker_state`` (the detector's state per doc type),
 ``doc_types`` (each type's high-water mark, recent windows and partition),
 ``recent_verdicts`` (ids, to tell replays from late verdicts), ``incidents`` (with where
-each lives in Slack and Jira, and what holds back the posts of one opened while muted),
+each lives in Slack and Jira, what holds back the posts of one opened while muted,
+inhibited or waiting for its group, and the group it is posted through),
 ``outbox`` (one row per incident, seq and integration), ``silences`` (see
 ``silences.py``; one made by Slack's "Silence until resolved" names its incident),
 ``slack_actions`` (acknowledgements from Slack's buttons, recorded by the HTTP thread and
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -64,7 +65,10 @@ CREATE TABLE IF NOT EXISTS incidents (
     held_by TEXT,
     held_kind TEXT,
     acked_by TEXT,
-    acked_ms INTEGER
+    acked_ms INTEGER,
+    quality_code TEXT,
+    group_id TEXT,
+    wait_until_ms INTEGER
 );
 CREATE INDEX IF NOT EXISTS incidents_state ON incidents (state, updated_ms);
 CREATE TABLE IF NOT EXISTS outbox (
@@ -130,6 +134,12 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "ALTER TABLE incidents ADD COLUMN acked_by TEXT",
         "ALTER TABLE incidents ADD COLUMN acked_ms INTEGER",
         "ALTER TABLE silences ADD COLUMN incident_id TEXT",
+    ),
+    # Grouping and inhibition of data-quality incidents (``grouping.py``).
+    3: (
+        "ALTER TABLE incidents ADD COLUMN quality_code TEXT",
+        "ALTER TABLE incidents ADD COLUMN group_id TEXT",
+        "ALTER TABLE incidents ADD COLUMN wait_until_ms INTEGER",
     ),
 }
 

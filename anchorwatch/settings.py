@@ -227,7 +227,9 @@ def describe_fields(model: type[BaseModel], section: str | None = None) -> list[
     for name, field in model.model_fields.items():
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            rows.extend(describe_fields(annotation, name))
+            # A table inside a section ([routing] default_route) is read from
+            # ANCHORWATCH_ROUTING__DEFAULT_ROUTE__<FIELD>: the whole path names it.
+            rows.extend(describe_fields(annotation, f"{section}__{name}" if section else name))
             continue
         if section is None:
             continue

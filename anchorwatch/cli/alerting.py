@@ -75,12 +75,15 @@ def incidents(
     state_dir: Path | None,
 ) -> None:
     """List open incidents (with --all, recent resolved ones too): state (open, silenced:
-    muted by a silence or maintenance window, resolved), severity, times, the Jira ticket,
+    muted by a silence or maintenance window, waiting: for other doc types with the same
+    data-quality diagnosis, grouped: posted through a group incident, inhibited: held while
+    a data-quality incident of its type is open, resolved), severity, times, the Jira ticket,
     notifications not yet delivered ('!': some failed for good) and, with --json, the Slack
     thread, what silenced it and every delivery's state. Reads the state file; the service may be
     running."""
     import orjson
 
+    from anchorwatch.alerting.grouping import GROUP_WAIT, inhibitor
     from anchorwatch.alerting.render import clean_text, incident_label, truncate
     from anchorwatch.alerting.service import list_incidents
     from anchorwatch.alerting.settings import AlertingSettings
@@ -101,7 +104,21 @@ def incidents(
         """What keeps it from people: what held its first post, or what mutes it now."""
         if row.held_by is not None:
             return row.held_by
+        if row.group_id is not None:
+            return None  # posted through its group
         return muting.reason(row.doc_type, row.severity) if row.state == "open" else None
+
+    def shown_state(row: IncidentRow) -> str:
+        """open, resolved, or what holds an open one back: silenced, waiting (for its
+        group), inhibited (by a data-quality incident of its type), grouped."""
+        held = silenced_by(row)
+        if row.state != "open" or (held is None and row.group_id is None):
+            return row.state
+        if row.held_by == GROUP_WAIT:
+            return "waiting"
+        if inhibitor(row.held_by) is not None:
+            return "inhibited"
+        return "grouped" if held is None else "silenced"
 
     if as_json:
         for item in listing:
@@ -113,6 +130,10 @@ def incidents(
                 "rule": row.rule,
                 "state": row.state,
                 "silenced_by": silenced_by(row),
+                "shown_state": shown_state(row),
+                "group_id": row.group_id,
+                "inhibited_by": inhibitor(row.held_by),
+                "quality_code": row.quality_code,
                 "severity": row.severity,
                 "opened_at": _iso(row.opened_at_ms),
                 "resolved_at": _iso(row.resolved_at_ms) or None,
@@ -144,12 +165,13 @@ def incidents(
             if status in ("pending", "attempting")
         )
         failed = sum(s.get("failed", 0) for s in item.deliveries.values())
-        state = "silenced" if row.state == "open" and silenced_by(row) else row.state
+        state = shown_state(row)
+        within = f" (in group {incident_label(row.group_id)})" if row.group_id else ""
         click.echo(
-            f"{state:<9}{row.severity:<10}{_iso(row.opened_at_ms, short=True):<18}"
+            f"{state:<8} {row.severity:<10}{_iso(row.opened_at_ms, short=True):<18}"
             f"{_iso(row.resolved_at_ms, short=True):<18}{item.refs.jira_key or '-':<11}"
             f"{str(unsent) + ('!' if failed else ''):<8}{incident_label(row.incident_id):<17}"
-            f"{truncate(clean_text(row.doc_type), 60)}"
+            f"{truncate(clean_text(row.doc_type), 60)}{within}"
         )
 
 

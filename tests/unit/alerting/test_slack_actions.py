@@ -400,7 +400,7 @@ def test_a_state_file_of_schema_2_is_brought_up_to_date(tmp_path: Path) -> None:
     )
     db.close()
     store = Store(tmp_path)  # what the service does at start
-    assert store.meta_get("schema_version") == str(SCHEMA_VERSION) == "3"
+    assert store.meta_get("schema_version") == str(SCHEMA_VERSION) == "4"
     store.close()
     db = sqlite3.connect(tmp_path / FILENAME)
     columns = {r[1] for r in db.execute("PRAGMA table_info(incidents)")}
