@@ -7,7 +7,8 @@
 - ``HttpLog``: aiohttp's server logger, HTTP a client got wrong as one line without a
   traceback;
 - ``Throttle``: at most one log line per kind every ten seconds, with a count of the lines
-  left out.
+  left out;
+- ``TokenBucket``, ``GatewayBuckets``: each gateway's own rate limit (429 past it).
 
 The service that uses them, its routes and its answers: ``anchorwatch.connectors.server``.
 """
@@ -262,3 +263,54 @@ def connection_cap(wanted: int) -> int:
         extra={"max_connections": wanted, "open_file_limit": soft, "effective": cap},
     )
     return cap
+
+
+class TokenBucket:
+    """One gateway's rate: ``per_s`` sustained, ``burst`` at once. A request is let in while
+    a token is left; what it costs is taken after (an events limit learns its count once the
+    body is read), so the bucket may go into debt, and the next request waits it out."""
+
+    def __init__(self, per_s: float, burst: int) -> None:
+        self.per_s = per_s
+        self.burst = burst
+        self.tokens = float(burst)
+        self._stamp = time.monotonic()
+
+    def retune(self, per_s: float, burst: int) -> None:
+        self._refill()
+        self.per_s, self.burst = per_s, burst
+        self.tokens = min(self.tokens, float(burst))
+
+    def wait_s(self) -> float:
+        """0: let it in; else the seconds until a token is back."""
+        self._refill()
+        return 0.0 if self.tokens >= 1 else (1 - self.tokens) / self.per_s
+
+    def take(self, cost: float) -> None:
+        self.tokens -= cost
+
+    def _refill(self) -> None:
+        now = time.monotonic()
+        self.tokens = min(float(self.burst), self.tokens + (now - self._stamp) * self.per_s)
+        self._stamp = now
+
+
+class GatewayBuckets:
+    """A token bucket per gateway with a rate limit, so one gateway's flood spends only its
+    own tokens. Buckets follow the credentials file: retuned when a rate changes, dropped
+    when a gateway or its limit goes (names come from the trusted file: bounded)."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[str, TokenBucket] = {}
+
+    def bucket(self, name: str, per_s: float, burst: int) -> TokenBucket:
+        bucket = self._buckets.get(name)
+        if bucket is None:
+            bucket = self._buckets[name] = TokenBucket(per_s, burst)
+        elif (bucket.per_s, bucket.burst) != (per_s, burst):
+            bucket.retune(per_s, burst)
+        return bucket
+
+    def keep_only(self, names: set[str]) -> None:
+        for gone in set(self._buckets) - names:
+            del self._buckets[gone]

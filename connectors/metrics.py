@@ -95,6 +95,33 @@ class IngestMetrics:
             registry=registry,
             multiprocess_mode="livemax",
         )
+        self.unauthorized = Counter(
+            "anchorwatch_ingest_unauthorized_total",
+            "Writes refused 401, by cause: missing (no bearer token), unknown (no such "
+            "token), expired (the secret or its gateway has expired).",
+            ["cause"],
+            registry=registry,
+        )
+        self.out_of_scope = Counter(
+            "anchorwatch_ingest_out_of_scope_total",
+            "Events dead-lettered because their doc type is outside their gateway's "
+            "doc_types (ingest.credentials_file), by gateway.",
+            ["gateway"],
+            registry=registry,
+        )
+        self.rate_limited = Counter(
+            "anchorwatch_ingest_rate_limited_total",
+            "Requests answered 429 because their gateway was past its rate limit, by gateway.",
+            ["gateway"],
+            registry=registry,
+        )
+        self.credentials_reloads = Counter(
+            "anchorwatch_ingest_credentials_reloads_total",
+            "Rereads of ingest.credentials_file after it changed, by outcome: ok, error "
+            "(the last good credentials are kept).",
+            ["outcome"],
+            registry=registry,
+        )
         self.kafka_up = Gauge(
             "anchorwatch_ingest_kafka_up",
             "1 when the producer has a connection to a Kafka broker, else 0.",

@@ -46,7 +46,7 @@ from anchorwatch.connectors.records import Rejected
 from anchorwatch.connectors.settings import IngestOptions
 from anchorwatch.connectors.validation import Accepted, summary_of
 from anchorwatch.errors import AnchorwatchError
-from anchorwatch.kafkaio import client_config, producer_max_bytes, record_limit
+from anchorwatch.kafkaio import check_access, client_config, producer_max_bytes, record_limit
 from anchorwatch.settings import KafkaSettings, TopicSettings
 from anchorwatch.stack.topics import topic_message_bytes
 
@@ -238,6 +238,8 @@ class AckingProducer:
         """Check the topics exist (when Kafka answers) and start polling. Kafka being down is
         not fatal here: the service starts unready and recovers when it comes back."""
         loop = asyncio.get_running_loop()
+        # Wrong credentials or an untrusted CA stop the start here, naming the setting.
+        await loop.run_in_executor(None, check_access, self._kafka, timeout_s)
         try:
             missing = await loop.run_in_executor(None, self._missing_topics, timeout_s)
             if not missing:
@@ -325,7 +327,9 @@ class AckingProducer:
 
     # ------------------------------------------------------------------ producing
 
-    async def send(self, accepted: list[Accepted], rejected: list[Rejected]) -> Delivery:
+    async def send(
+        self, accepted: list[Accepted], rejected: list[Rejected], *, source: str | None = None
+    ) -> Delivery:
         """Produce the events (keyed by doc type) and the dead letters; return once Kafka has
         answered for each. Raises Unavailable, having produced nothing, when it cannot.
 
@@ -357,7 +361,7 @@ class AckingProducer:
         letters: list[_Message] = []
         if rejected:
             now = int(time.time() * 1000)
-            limit, source = self._limit, self._source
+            limit, source = self._limit, source or self._source  # the gateway's, if known
             letters = [
                 {"value": dead_letter_value(r.raw, r.error, source, now, limit)} for r in rejected
             ]

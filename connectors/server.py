@@ -10,17 +10,21 @@ Routes:
 Answers: 200 once Kafka has acknowledged every record of the request (the events in the
 snapshots topic, the rejects in the dead-letter topic), with counts and the first few
 reasons; 400 for a body that is not JSON at all, or HTTP that aiohttp's parser refuses
-(a line or header over 8190 bytes, more than 128 headers); 401 without the bearer token;
-408 when the head or the body is not in within its timeout; 413 for a body over
+(a line or header over 8190 bytes, more than 128 headers); 401 without a valid bearer
+token; 429 with ``Retry-After`` past the gateway's own rate limit; 408 when the head or
+the body is not in within its timeout; 413 for a body over
 ``ingest.max_body_bytes``; 503 with ``Retry-After`` when Kafka is unreachable, the producer
 queue is full, a record was not acknowledged, the service is shutting down, the bodies in
 memory leave no room (``ingest.max_bodies_bytes``) within ``ack_timeout_s``, or the worker
 already has ``ingest.max_connections`` connections open.
 
-Writers need the bearer token: the service does not start without one
-(``ingest.auth_token`` / ``auth_token_file``) unless told ``ingest.insecure_no_auth``
-(``--insecure-no-auth``), and then says so at every start (a warning, and the gauge
-``anchorwatch_ingest_insecure_no_auth`` at 1).
+Writers need a bearer token: a gateway's secret from ``ingest.credentials_file`` (reread
+when it changes; the gateway's name becomes the events' source, its doc types and rate
+limit apply: ``credentials.py``) or the legacy shared token (``ingest.auth_token`` /
+``auth_token_file``, gateway ``default``, source ``ingest.source``). The service does not
+start with none of them unless told ``ingest.insecure_no_auth`` (``--insecure-no-auth``), and
+then says so at every start (a warning, and the gauge ``anchorwatch_ingest_insecure_no_auth``
+at 1).
 
 A client's bytes cannot hold the worker's resources: a connection must deliver each request
 head within ``header_timeout_s`` and its body within ``body_timeout_s``, connections past the
@@ -33,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import hmac
 import logging
 import multiprocessing
 import os
@@ -52,6 +55,8 @@ from prometheus_client import Counter as MetricCounter
 from prometheus_client import multiprocess as prometheus_multiprocess
 
 from anchorwatch import logs
+from anchorwatch.connectors import credentials as creds
+from anchorwatch.connectors.gate import Gate
 from anchorwatch.connectors.http_limits import (
     ByteBudget,
     Guard,
@@ -114,7 +119,8 @@ def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = No
 class IngestService:
     """The aiohttp application and the producer behind it; ``start``/``stop`` for tests and
     for ``serve``. Refuses to be built (SettingsError) without a bearer token unless the
-    settings say ``ingest.insecure_no_auth``."""
+    settings say ``ingest.insecure_no_auth``, and (CredentialsError) with a credentials file
+    that does not load."""
 
     def __init__(
         self,
@@ -125,16 +131,16 @@ class IngestService:
     ) -> None:
         self.settings = settings
         options = settings.ingest
-        # Neither a token nor insecure_no_auth: SettingsError, naming the settings.
-        self._token = options.writer_token()
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = IngestMetrics(self.registry)
+        # No token, no credentials, no insecure_no_auth: SettingsError, naming the settings;
+        # credentials that do not load: CredentialsError, naming the file and the field.
+        self.gate = Gate(options, self.metrics)
         self._format = kong_format(settings)
-        self._source = options.source
         self._max_body = options.max_body_bytes
         self._retry_after = str(options.retry_after_s)
         self._reuse_port = reuse_port
-        self.registry = registry if registry is not None else CollectorRegistry()
-        self.metrics = IngestMetrics(self.registry)
-        self.metrics.insecure_no_auth.set(1 if self._token is None else 0)
+        self.metrics.insecure_no_auth.set(1 if self.gate.insecure else 0)
         self.refused = MetricCounter(
             "anchorwatch_ingest_connections_refused_total",
             "Connections closed or requests refused for what the client's bytes did: cause "
@@ -187,7 +193,8 @@ class IngestService:
         await site.start()
         address = self._runner.addresses[0]
         self.port = int(address[1])
-        if self._token is None:
+        self.gate.start()
+        if self.gate.insecure:
             log.warning(
                 "INSECURE: accepting unauthenticated writers (--insecure-no-auth): anyone "
                 "who reaches this port can write events; for local demos and tests only "
@@ -199,7 +206,8 @@ class IngestService:
             extra={
                 "host": o.host,
                 "port": self.port,
-                "auth": self._token is not None,
+                "auth": not self.gate.insecure,
+                "gateways": self.gate.gateways,
                 "snapshots_topic": self.settings.topics.snapshots,
                 "summaries_topic": self.settings.topics.summaries or None,
             },
@@ -210,6 +218,7 @@ class IngestService:
         """Graceful: unready, stop listening, let in-flight requests finish (they wait for
         Kafka's acknowledgements), then flush the producer."""
         self._stopping = True
+        self.gate.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         left = self.producer.close(self.settings.ingest.shutdown_timeout_s)
@@ -228,12 +237,16 @@ class IngestService:
         return handle
 
     async def _ingest(self, request: web.Request, fmt: Format) -> web.Response:
-        if not self._authorized(request):
+        gateway = self.gate.identify(request)
+        if gateway is None:
             return _json(
                 401,
-                {"error": "missing or wrong bearer token (Authorization: Bearer <token>)"},
+                {"error": "missing, wrong or expired bearer token (Authorization: Bearer <token>)"},
                 {"WWW-Authenticate": 'Bearer realm="anchorwatch-ingest"'},
             )
+        # Before the body is read or takes room: a gateway past its rate costs next to nothing.
+        if (refused := self.gate.rate_limited(gateway)) is not None:
+            return refused
         if request.content_length is not None and request.content_length > self._max_body:
             return self._too_large(request.content_length)
         # Bodies in memory at once are bounded (a rejected batch costs about three times its
@@ -249,11 +262,13 @@ class IngestService:
                  "written": 0},
             )  # fmt: skip
         try:
-            return await self._read_and_produce(request, fmt)
+            return await self._read_and_produce(request, fmt, gateway)
         finally:
             self._bodies.release(share)
 
-    async def _read_and_produce(self, request: web.Request, fmt: Format) -> web.Response:
+    async def _read_and_produce(
+        self, request: web.Request, fmt: Format, gateway: creds.Gateway
+    ) -> web.Response:
         try:
             async with asyncio.timeout(self._body_timeout):
                 body = await request.read()
@@ -267,21 +282,22 @@ class IngestService:
         window = time_window(self.settings, time.time_ns() // 1_000_000)
         try:
             if fmt == "kong":
-                batch = kong_body(body, self._format, source=self._source, window=window)
+                batch = kong_body(body, self._format, source=gateway.source, window=window)
             else:
-                batch = ndjson_body(body, source=self._source, window=window)
+                batch = ndjson_body(body, source=gateway.source, window=window)
         except BodyError as exc:
             return _json(400, {"error": str(exc)})
+        self.gate.admit(batch, gateway, ndjson=fmt == "ndjson")
         for header, count in batch.notes.ignored.items():
             self.metrics.headers_ignored.labels(header).inc(count)
         for cause, count in batch.notes.request_id_fallbacks.items():
             self.metrics.request_id_fallbacks.labels(cause).inc(count)
-        return await self._produce(fmt, batch)
+        return await self._produce(fmt, batch, gateway.source)
 
-    async def _produce(self, fmt: Format, batch: Batch) -> web.Response:
+    async def _produce(self, fmt: Format, batch: Batch, source: str) -> web.Response:
         records = self.metrics.records
         try:
-            delivery = await self.producer.send(batch.accepted, batch.rejected)
+            delivery = await self.producer.send(batch.accepted, batch.rejected, source=source)
         except Unavailable as exc:
             records.labels(fmt, "failed").inc(len(batch))
             return self._unavailable(exc.cause, {"error": str(exc), "written": 0})
@@ -320,15 +336,6 @@ class IngestService:
                 "reasons": reason_summary(batch.rejected),
             },
         )
-
-    def _authorized(self, request: web.Request) -> bool:
-        if self._token is None:
-            return True
-        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer":
-            return False
-        # Constant time: the comparison leaks neither prefix length nor content.
-        return hmac.compare_digest(presented.strip().encode(), self._token)
 
     def _too_large(self, length: int | None) -> web.Response:
         size = f"{length} bytes" if length is not None else "the body"
@@ -424,8 +431,11 @@ def serve(settings: IngestSettings, *, log_level: str = "INFO") -> None:
     """Run the service until SIGTERM/SIGINT; with ``ingest.workers`` > 1, as that many
     processes sharing the port. Refuses to start (SettingsError) without a bearer token
     unless ``ingest.insecure_no_auth``."""
-    # No token and no insecure_no_auth: refuse here, once, before any worker starts.
+    # No token and no insecure_no_auth: refuse here, once, before any worker starts; the
+    # same for a credentials file that does not load.
     settings.ingest.writer_token()
+    if settings.ingest.credentials_file is not None:
+        creds.load(settings.ingest.credentials_file)
     workers = settings.ingest.workers
     if workers == 1:
         asyncio.run(_run_until_signalled(settings, reuse_port=False))

@@ -21,7 +21,8 @@ _FILE_SETTING = "ingest.auth_token_file (ANCHORWATCH_INGEST__AUTH_TOKEN_FILE)"
 #: Why `ingest serve` refuses to start with neither a token nor insecure_no_auth.
 NO_CREDENTIALS = (
     "ingest: no bearer token for writers, so anyone who reaches the port could write events. "
-    "Set ingest.auth_token (ANCHORWATCH_INGEST__AUTH_TOKEN) or ingest.auth_token_file "
+    "Set ingest.credentials_file (ANCHORWATCH_INGEST__CREDENTIALS_FILE, --credentials-file), "
+    "ingest.auth_token (ANCHORWATCH_INGEST__AUTH_TOKEN) or ingest.auth_token_file "
     "(ANCHORWATCH_INGEST__AUTH_TOKEN_FILE, --auth-token-file); or, for a local demo or a "
     "test only, accept unauthenticated writers with --insecure-no-auth "
     "(ANCHORWATCH_INGEST__INSECURE_NO_AUTH=true)"
@@ -58,6 +59,20 @@ class IngestOptions(Section):
         None,
         description="File holding the bearer token (surrounding whitespace ignored), read "
         "at start; an alternative to auth_token.",
+    )
+    credentials_file: Path | None = Field(
+        None,
+        description="Gateway credentials (JSON, written by `anchorwatch ingest credentials`): "
+        "per gateway its doc types, rate limit, expiry and hashed secrets; each event gets "
+        "the gateway's name as its source. Reread when it changes, without a restart. With "
+        "auth_token(_file) too, both are accepted: the token as gateway `default`.",
+    )
+    credentials_poll_s: float = Field(
+        0.25,
+        gt=0,
+        le=60,
+        description="How often the service checks credentials_file for a change (its "
+        "mtime, size and inode): a revoked secret is refused within this.",
     )
     insecure_no_auth: bool = Field(
         False,
@@ -213,7 +228,7 @@ class IngestOptions(Section):
         # HTTP header names are case-insensitive; lookups compare lower case.
         return value.lower()
 
-    @field_validator("auth_token", "auth_token_file", mode="before")
+    @field_validator("auth_token", "auth_token_file", "credentials_file", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         # Compose and .env files pass an unset variable as an empty string.
@@ -262,6 +277,11 @@ class IngestOptions(Section):
                 "insecure_no_auth: a bearer token is set too (auth_token or auth_token_file); "
                 "drop one: with a token, writers must present it"
             )
+        if self.insecure_no_auth and self.credentials_file is not None:
+            raise ValueError(
+                "insecure_no_auth: credentials_file is set too; drop one: with credentials, "
+                "writers must present a gateway's secret"
+            )
         names = [
             self.request_id_header,
             self.doc_type_header,
@@ -274,11 +294,11 @@ class IngestOptions(Section):
         return self
 
     def writer_token(self) -> bytes | None:
-        """The token writers must present, read now (from the file if one is named); None
-        only with insecure_no_auth. Neither a token nor insecure_no_auth: SettingsError
+        """The legacy token writers may present, read now (from the file if one is named);
+        None with insecure_no_auth or credentials_file alone. None of the three: SettingsError
         (``NO_CREDENTIALS``), naming the settings."""
         token = self.token()
-        if token is None and not self.insecure_no_auth:
+        if token is None and self.credentials_file is None and not self.insecure_no_auth:
             raise SettingsError(NO_CREDENTIALS)
         return token
 

@@ -1,5 +1,5 @@
-"""`anchorwatch ingest serve | replay`: entry points only; the work is in
-anchorwatch.connectors (server.py, replay.py)."""
+"""`anchorwatch ingest serve | replay | credentials`: entry points only; the work is in
+anchorwatch.connectors (server.py, replay.py, credentials.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import IO, Any
 import click
 
 from anchorwatch.cli.common import load_settings, progress
+from anchorwatch.cli.ingest_credentials import credentials
 from anchorwatch.connectors.settings import IngestSettings
 
 
@@ -18,6 +19,9 @@ def ingest() -> None:
     """Gateway logs into Kafka: validated events to the snapshots topic (and each one's
     summary to the summaries topic, when it is set), rejects (with the reason) to the
     dead-letter topic."""
+
+
+ingest.add_command(credentials)
 
 
 @ingest.command("serve")
@@ -32,6 +36,12 @@ def ingest() -> None:
     "/ _AUTH_TOKEN_FILE). One of them is required, unless --insecure-no-auth.",
 )
 @click.option(
+    "--credentials-file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Gateway credentials (`anchorwatch ingest credentials add`), reread when it "
+    "changes; with a token too, the token writes as gateway `default`.",
+)
+@click.option(
     "--insecure-no-auth",
     is_flag=True,
     default=None,
@@ -42,8 +52,9 @@ def ingest() -> None:
 def serve_cmd(ctx: click.Context, /, **opts: Any) -> None:
     """Run the HTTP ingest service: POST /v1/kong (Kong http-log, single or batched),
     POST /v1/events (NDJSON snapshot events), GET /healthz, /readyz, /metrics.
-    Writers must send `Authorization: Bearer <token>`: without a token configured the
-    service refuses to start, unless --insecure-no-auth. Answers 2xx only once Kafka has
+    Writers must send `Authorization: Bearer <token>`: a gateway's secret from
+    --credentials-file or the shared token; with neither the service refuses to start,
+    unless --insecure-no-auth. Answers 2xx only once Kafka has
     acknowledged every record; stops gracefully on SIGTERM (in-flight requests finish, the
     producer flushes)."""
     from anchorwatch.connectors.server import serve

@@ -42,7 +42,7 @@ from anchorwatch.demo.journey_processes import Services
 from anchorwatch.demo.journey_results import JourneyReport, check_results
 from anchorwatch.demo.journey_services import (
     Destinations,
-    new_ingest_token,
+    new_ingest_credentials,
     start_alerting,
     start_ingest,
 )
@@ -106,7 +106,7 @@ class Journey:
         self.services = Services(self.run_dir)
         self.job_id: str | None = None
         self.state_dir = self.run_dir / "alerting"
-        self.ingest_token = ""  # made for the run when the ingest service starts
+        self.ingest_tokens: list[str] = []  # one per Kong worker, made when ingest starts
 
     @property
     def slack_url(self) -> str:
@@ -157,13 +157,15 @@ class Journey:
         return ingest_url
 
     def _start_ingest(self, report: JourneyReport) -> str:
-        # The Kong feed presents the run's token, as a gateway would (no anonymous writers).
-        self.ingest_token, token_file = new_ingest_token(self.run_dir)
+        # Each Kong worker presents its own gateway's token (no anonymous writers).
+        self.ingest_tokens, credentials = new_ingest_credentials(
+            self.run_dir, self.options.kong_workers
+        )
         url = start_ingest(
-            self.services, self.job_settings, self.options.ports["ingest"], token_file
+            self.services, self.job_settings, self.options.ports["ingest"], credentials
         )
         report.addresses["ingest"] = (
-            f"{url}/v1/kong (metrics {url}/metrics), bearer token in {token_file}"
+            f"{url}/v1/kong (metrics {url}/metrics), gateway credentials in {credentials}"
         )
         self.echo(f"[1/6] ingest service on {url}")
         return url
@@ -173,7 +175,7 @@ class Journey:
         o, plan = self.options, report.plan
         t = time.monotonic()
         stats = asyncio.run(
-            send_batches(url, traffic.history_batches, workers=1, token=self.ingest_token)
+            send_batches(url, traffic.history_batches, workers=1, token=self.ingest_tokens)
         )
         report.count(stats)
         self.echo(
@@ -226,7 +228,7 @@ class Journey:
                     url,
                     traffic.live_batches,
                     workers=o.kong_workers,
-                    token=self.ingest_token,
+                    token=self.ingest_tokens,
                     clock=clock,
                 )
             )

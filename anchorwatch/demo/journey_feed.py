@@ -1,6 +1,7 @@
 """Feeding the run's traffic to the ingest service as a Kong node would: the plan's entries
 in http-log batches (``KongTraffic``), POSTed one batch at a time per worker with Kong's
-retries and the bearer token of connectors/kong-http-log.yaml (``send_batches``), live
+retries and the bearer token of connectors/kong-http-log.yaml, each worker as its own
+gateway (``send_batches``), live
 batches each when it is due on the replay clock (``ReplayClock``).
 """
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -70,20 +71,25 @@ async def send_batches(
     batches: list[jp.Batch],
     *,
     workers: int,
-    token: str,
+    token: str | Sequence[str],
     clock: Callable[[int], float] | None = None,
     attempts: int = 8,
 ) -> SendStats:
     """POST each batch as Kong's http-log plugin does: one batch at a time per worker,
-    retried with backoff on a failed status or connection error. With ``clock`` (event time
-    to wall time), a batch waits until it is due."""
-    # What the plugin sends with config.content_type and config.headers (the sample
-    # configuration's Authorization: Bearer, from Kong's vault).
-    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+    retried with backoff on a failed status or connection error. ``token``: one for all,
+    or one per worker (worker ``w`` sends ``token[w % len(token)]``: each its own gateway).
+    With ``clock`` (event time to wall time), a batch waits until it is due."""
+    tokens = [token] if isinstance(token, str) else list(token)
     stats = SendStats()
     queues: list[list[jp.Batch]] = [[b for b in batches if b.worker == w] for w in range(workers)]
 
-    async def worker(session: aiohttp.ClientSession, mine: list[jp.Batch]) -> None:
+    async def worker(session: aiohttp.ClientSession, w: int, mine: list[jp.Batch]) -> None:
+        # What the plugin sends with config.content_type and config.headers (the sample
+        # configuration's Authorization: Bearer, from Kong's vault).
+        headers = {
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {tokens[w % len(tokens)]}",
+        }
         for batch in mine:
             if clock is not None:
                 delay = clock(batch.send_at_ms) - time.time()
@@ -109,5 +115,5 @@ async def send_batches(
 
     timeout = aiohttp.ClientTimeout(total=15)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        await asyncio.gather(*(worker(session, q) for q in queues))
+        await asyncio.gather(*(worker(session, w, q) for w, q in enumerate(queues)))
     return stats

@@ -1,5 +1,6 @@
 """The run's services, each started as its own process and waited for: the ingest service
-(``anchorwatch ingest serve``, with a bearer token made for the run: ``new_ingest_token``),
+(``anchorwatch ingest serve``, with gateway credentials made for the run, one gateway per
+Kong worker: ``new_ingest_credentials``),
 the alerting service (``alerting serve``), and where the alerting service posts
 (``Destinations``): Slack and Jira as configured, or the local ones (``alerting
 local-slack`` / ``local-jira``) when they are not.
@@ -7,14 +8,14 @@ local-slack`` / ``local-jira``) when they are not.
 
 from __future__ import annotations
 
-import os
-import secrets
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import requests
 
 from anchorwatch.alerting.settings import AlertingSettings
+from anchorwatch.connectors import credentials as creds
 from anchorwatch.demo.journey_processes import Services, env_of, pick_port
 from anchorwatch.jobs.settings import JobSettings
 
@@ -30,28 +31,34 @@ def kafka_env(job: JobSettings) -> dict[str, Any]:
     }
 
 
-def new_ingest_token(run_dir: Path) -> tuple[str, Path]:
-    """A fresh bearer token for the run's ingest service, and the file in the run's directory
-    that holds it, readable by its owner only (the service reads it from there, and so can
-    whoever points a gateway at a service the demo left running)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "ingest-token"
-    path.unlink(missing_ok=True)
-    token = secrets.token_urlsafe(32)
-    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
-        fh.write(f"{token}\n")
-    return token, path
+def new_ingest_credentials(run_dir: Path, gateways: int) -> tuple[list[str], Path]:
+    """Fresh credentials for the run's ingest service: one gateway per Kong worker
+    (``kong-worker-0``...), each allowed every doc type, and their tokens. The file in the
+    run's directory holds their digests only, readable by its owner only (mode 0600)."""
+    path = run_dir / "ingest-credentials.json"
+    tokens = [creds.new_token() for _ in range(gateways)]
+    now = datetime.now(UTC).replace(microsecond=0)
+    entries = {
+        f"kong-worker-{i}": creds.GatewayEntry(
+            doc_types=["*"],
+            secrets=[creds.SecretEntry(id="demo", sha256=creds.digest_hex(t), created=now)],
+        )
+        for i, t in enumerate(tokens)
+    }
+    creds.write(path, creds.CredentialsFile(gateways=entries))
+    return tokens, path
 
 
-def start_ingest(services: Services, job: JobSettings, port: int, token_file: Path) -> str:
-    """Start the ingest service on ``port`` (a free one when taken or 0), writers needing the
-    token in ``token_file``; its URL once ready."""
+def start_ingest(services: Services, job: JobSettings, port: int, credentials: Path) -> str:
+    """Start the ingest service on ``port`` (a free one when taken or 0), writers needing a
+    gateway's token from ``credentials``; its URL once ready."""
     port = pick_port(port)
-    # The run's token only: a token or insecure_no_auth in the caller's environment would
-    # contradict it (the service refuses both at once).
+    # The run's credentials only: a token or insecure_no_auth in the caller's environment
+    # would let other writers in, or contradict them (refused).
     ingest = {
         "port": port,
-        "auth_token_file": token_file,
+        "credentials_file": credentials,
+        "auth_token_file": "",
         "auth_token": "",
         "insecure_no_auth": False,
     }

@@ -128,9 +128,11 @@ class _Sent:
         self.accepted: list[Accepted] = []
         self.rejected: list[Rejected] = []
 
-    async def send(self, accepted: list[Accepted], rejected: list[Rejected]) -> Delivery:
+    async def send(
+        self, accepted: list[Accepted], rejected: list[Rejected], *, source: str | None = None
+    ) -> Delivery:
         for r in rejected:
-            encode(dead_letter(r.raw, r.error, "fuzz", 1_764_403_200_000))
+            encode(dead_letter(r.raw, r.error, source or "fuzz", 1_764_403_200_000))
         self.accepted, self.rejected = list(accepted), list(rejected)
         return Delivery(records=len(accepted) + len(rejected), failed=0)
 
