@@ -54,7 +54,7 @@ from anchorwatch.alerting.silence_book import SilenceBook
 from anchorwatch.alerting.silences import Hold
 from anchorwatch.alerting.slack_actions import AckQueue
 from anchorwatch.alerting.store import BatchWrite, DocTypeRow, IncidentRow, Store
-from anchorwatch.alerting.views import change_view
+from anchorwatch.alerting.views import HELD_REASONS, change_view, held_reasons
 from anchorwatch.contracts import (
     Baseline,
     ContractError,
@@ -377,6 +377,10 @@ class Engine(Releasing):
             event,
             audience=held.audience,
         )
+        record = inc.to_record()
+        if held.by is not None:
+            # Posted later from the row (release_held): it must still say why it opened.
+            record[HELD_REASONS] = held_reasons(row, view.reasons)
         waited = row.wait_until_ms if row and row.held_by == GROUP_WAIT else None
         resolved = change.kind == "resolved"
         new_row = IncidentRow(
@@ -387,7 +391,7 @@ class Engine(Releasing):
             severity=inc.severity,
             opened_at_ms=inc.opened_at_ms,
             resolved_at_ms=inc.resolved_at_ms,
-            record=inc.to_record(),
+            record=record,
             next_seq=seq,
             last_update_window_ms=(
                 row.last_update_window_ms if resolved and row else change.window_start_ms
@@ -491,7 +495,11 @@ class Engine(Releasing):
             for entry in by_type.get(doc_type, []):
                 record = entry.get("open")
                 row = self._open.get(record["incident_id"]) if record else None
-                if row is None or record is None or record == row.record:
+                if row is None or record is None:
+                    continue
+                if HELD_REASONS in row.record:  # the detector does not keep them
+                    record = {**record, HELD_REASONS: row.record[HELD_REASONS]}
+                if record == row.record:
                     continue
                 new_row = replace(row, record=record, severity=record["severity"])
                 batch.rows[row.incident_id] = new_row

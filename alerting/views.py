@@ -4,6 +4,7 @@ muted goes out from there)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from anchorwatch.alerting.render import IncidentState, IncidentView, WindowPoint
@@ -56,6 +57,18 @@ def change_view(
     )
 
 
+#: The row record's key for the reasons of a change held back from people (``row_view``).
+HELD_REASONS = "held_reasons"
+
+
+def held_reasons(row: IncidentRow | None, reasons: Sequence[Reason]) -> list[dict[str, str]]:
+    """The reasons to keep on a held incident's row: those it was held with, and any new
+    code a later change brought (the opening diagnosis is never dropped by an update)."""
+    kept = list(row.record.get(HELD_REASONS, ())) if row is not None else []
+    codes = {r["code"] for r in kept}
+    return kept + [r.model_dump() for r in reasons if r.code not in codes]
+
+
 def row_view(
     row: IncidentRow, history: list[WindowPoint], dashboard_url: str | None
 ) -> IncidentView:
@@ -79,6 +92,7 @@ def row_view(
         threshold=last.threshold if last else float(row.record["threshold"]),
         baseline_version=row.record.get("baseline_version"),
         peak_mean_drift=float(row.record["peak_mean_drift"]),
+        reasons=[Reason.model_validate(r) for r in row.record.get(HELD_REASONS, ())],
         dashboard_url=dashboard_url,
         acked_by=row.acked_by,
     )

@@ -197,6 +197,9 @@ def test_fewer_types_than_min_types_are_posted_each_on_its_own(
     assert _release(h) == 2
     assert not [r for r in _rows(h).values() if r.rule == "group"]
     assert len(parents_by_label(posted(slack))) == 2
+    # Posted after the wait, from the stored row: the post still names the diagnosis.
+    assert all("snapshot_disabled" in _text(m) for m in posted(slack) if m.get("blocks"))
+    assert all("snapshot" in i["fields"]["description"] for i in issues(jira))
     assert sorted(i["fields"]["summary"].split(": ")[1].split(" ")[0] for i in issues(jira)) == [
         "form_1",
         "form_2",
