@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.settings import KafkaSettings, TopicSettings
@@ -17,6 +18,11 @@ from anchorwatch.settings import KafkaSettings, TopicSettings
 
 class KafkaIOError(AnchorwatchError):
     """Kafka could not be reached or refused what was asked."""
+
+
+class KafkaAccessError(KafkaIOError):
+    """The broker refused the client's credentials, or the client did not trust the broker's
+    certificate: a setting is wrong, and retrying will not help."""
 
 
 _LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
@@ -55,6 +61,62 @@ def client_config(
         **kafka.client_properties,
         **overrides,
     }
+
+
+#: Where the Kafka client properties are set, for error messages.
+_ENV = "ANCHORWATCH_KAFKA__CLIENT_PROPERTIES, or client_properties under [kafka] in the file"
+
+#: librdkafka's errors that no retry fixes, and the settings that cause them.
+_ACCESS_ERRORS: Final = {
+    KafkaError._AUTHENTICATION: (
+        "the broker refused the SASL login: check kafka.client_properties.sasl.username, "
+        "kafka.client_properties.sasl.password and sasl.mechanism (" + _ENV + ")"
+    ),
+    KafkaError._SSL: (
+        "TLS with the broker failed: check kafka.client_properties.ssl.ca.location ("
+        + _ENV
+        + "): a PEM file of the CA that signed the broker's certificate, which must also "
+        "name the host in kafka.bootstrap_servers"
+    ),
+}
+
+#: Each metadata request of the access check waits at most this long (seconds), so an
+#: error reported in between is seen within it: a refused login takes ~0.3 s, a TLS one less.
+_CHECK_STEP_S: Final = 0.5
+
+
+def check_access(kafka: KafkaSettings, timeout_s: float = 10.0) -> None:
+    """At a service's start: raise KafkaAccessError, naming the setting, when the broker
+    refuses our SASL credentials or we do not trust its certificate. librdkafka itself
+    retries both forever (the service would just never become ready).
+
+    Returns when Kafka answers, when it is down (the caller's own handling of an absent
+    Kafka applies), or after ``timeout_s`` without either. Without SASL or TLS in
+    ``security.protocol`` there is nothing to check and no request is made."""
+    protocol = kafka.client_properties.get("security.protocol", "plaintext").lower()
+    if protocol == "plaintext":
+        return
+    errors: list[KafkaError] = []
+    admin = AdminClient(client_config(kafka, error_cb=errors.append))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        step = min(_CHECK_STEP_S, max(deadline - time.monotonic(), 0.01))
+        try:
+            admin.list_topics(timeout=step)
+            return
+        except KafkaException:
+            pass
+        admin.poll(0)  # serves error_cb
+        for error in errors:
+            if error.code() in _ACCESS_ERRORS:
+                # librdkafka's reason names no credential; the setting is ours to name.
+                raise KafkaAccessError(
+                    f"Kafka at {kafka.bootstrap_servers}: {_ACCESS_ERRORS[error.code()]}. "
+                    f"librdkafka: {error.str()}"
+                )
+        down = any(e.code() == KafkaError._ALL_BROKERS_DOWN for e in errors)
+        if down or time.monotonic() >= deadline:
+            return
 
 
 @dataclass(frozen=True)
