@@ -11,6 +11,7 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Final
 
 from anchorwatch.alerting.crash import CRASH_POINTS
@@ -18,8 +19,8 @@ from anchorwatch.contracts import Verdict, WindowAggregate
 from anchorwatch.contracts.models import verdict_id
 from anchorwatch.demo.slice import differences
 
-#: The faults of issue 17 that the local stack can inject, one per trial, cycled so that N
-#: trials cover every kind (N >= 7) in an order shuffled by the campaign seed.
+#: The faults of issues 17 and 33 that the local stack can inject, one per trial, cycled so
+#: that N trials cover every kind (N >= 9) in an order shuffled by the campaign seed.
 FAULTS: Final = (
     "broker-kill",  # kill -9 of the leader of a snapshots partition; `stack up` after a while
     "broker-pause",  # SIGSTOP of a partition leader past the broker session timeout; SIGCONT
@@ -28,14 +29,24 @@ FAULTS: Final = (
     "alerting-kill",  # SIGKILL of the alerting service (at a crash point or at random)
     "slack-down",  # Slack answers 503, then 429 with Retry-After, for a while
     "jira-down",  # Jira answers 503 for a while
+    # What people do to an incident, with the alerting service crashing where it applies it
+    # (bench/fault_operator.py): no journey, verdicts of its own on the campaign's Kafka.
+    "silence-expiry",  # a silence ends while the service is down; crashes in its release
+    "ack-crash",  # Slack's Acknowledge clicked; crashes before its commit and its Jira comment
 )
+
+#: The operator trials as the campaign's output names them (issue 33).
+OPERATOR_SCENARIOS: Final = {
+    "silence-expiry": "a silence expiring during a restart",
+    "ack-crash": "a crash between an acknowledgement and its Jira comment",
+}
 
 #: The integrations a crash point can name (``point:integration``); empty: any.
 _CRASH_AT: Final = ("", "slack", "jira", "events")
 
 #: The crash points the fault journey passes: a held incident's release needs a silence, an
-#: acknowledgement a click in Slack, which the journey does not make (the unit crash trials
-#: cover those points).
+#: acknowledgement a click in Slack, which the journey does not make (the operator trials,
+#: OPERATOR_SCENARIOS, crash at those points).
 _JOURNEY_CRASH_POINTS = tuple(
     p for p in CRASH_POINTS if p not in ("release_before_commit", "ack_before_commit")
 )
@@ -50,8 +61,15 @@ class TrialSpec:
     duration_s: float  # how long the fault lasts (a dead part stays dead this long)
     partition: int = 0  # broker faults: the snapshots partition whose leader is hit
     crash_point: str | None = None  # alerting-kill: a crash point spec, else a kill at `at`
+    # Operator trials: one run of the service armed at each, in this order.
+    crash_points: tuple[str, ...] = ()
 
     def describe(self) -> str:
+        if self.fault in OPERATOR_SCENARIOS:
+            return (
+                f"{self.fault}: {OPERATOR_SCENARIOS[self.fault]} "
+                f"(crashes at {', '.join(self.crash_points)})"
+            )
         what = self.fault
         if self.fault in ("broker-kill", "broker-pause"):
             what += f" (leader of partition {self.partition}, {self.duration_s:.0f}s)"
@@ -89,6 +107,9 @@ def plan_trials(
             integration = rng.choice(_CRASH_AT) if point.startswith(("send", "done")) else ""
             nth = rng.randint(1, 3)
             crash_point = f"{point}{':' + integration if integration else ''}@{nth}"
+        points: tuple[str, ...] = ()
+        if fault in OPERATOR_SCENARIOS:
+            points = operator_crash_points(fault, rng)
         out.append(
             TrialSpec(
                 index=i,
@@ -98,9 +119,22 @@ def plan_trials(
                 duration_s=round(duration, 1),
                 partition=rng.randrange(partitions),
                 crash_point=crash_point,
+                crash_points=points,
             )
         )
     return out
+
+
+def operator_crash_points(fault: str, rng: random.Random) -> tuple[str, ...]:
+    """The engine's point of the scenario, then one send point of the notifications it
+    caused; each is the first of its kind after the previous crash, so each is reached."""
+    step = rng.choice(("send_before", "send_after", "done_in_commit"))
+    if fault == "ack-crash":  # between the acknowledgement and its Jira comment
+        return ("ack_before_commit@1", f"{step}:jira@1")
+    return ("release_before_commit@1", f"{step}:{rng.choice(_OPERATOR_AT)}@1")
+
+
+_OPERATOR_AT: Final = ("slack", "jira", "pagerduty")
 
 
 # --------------------------------------------------------------------------- counting
@@ -240,3 +274,100 @@ def multiset_shortfall(want: Iterable[str], got: Iterable[str]) -> tuple[int, in
     """(items of ``want`` missing from ``got``, extra copies in ``got``), as multisets."""
     w, g = Counter(want), Counter(got)
     return sum((w - g).values()), sum((g - w).values())
+
+
+# --------------------------------------------------------------------------- operator trials
+
+
+#: What people get of each incident of an operator trial, in order per integration: the
+#: incident silenced from its start, posted when the silence ends (as it stands: a critical
+#: parent and page), then its progress update and resolution; the incident acknowledged in
+#: Slack after its escalation (no progress update after that); and one nobody touched.
+#: PagerDuty is counted by what it did (an alert opened, acknowledged, resolved): an event
+#: sent again after a crash is folded into the open alert of its dedup key, as PagerDuty
+#: does (docs/alerting.md), and reported apart as absorbed.
+OPERATOR_EXPECTED: Final = {
+    "silenced": (
+        *("slack parent", "slack Update", "slack Resolved"),
+        *("jira ticket", "jira Update", "jira Resolved"),
+        *("pagerduty trigger", "pagerduty resolve"),
+    ),
+    "acknowledged": (
+        *("slack parent", "slack Update", "slack Acknowledged", "slack Resolved"),
+        *("jira ticket", "jira Update", "jira Acknowledged", "jira Resolved"),
+        *("pagerduty trigger", "pagerduty acknowledge", "pagerduty resolve"),
+    ),
+    "untouched": (
+        *("slack parent", "slack Update", "slack Update", "slack Resolved"),
+        *("jira ticket", "jira Update", "jira Update", "jira Resolved"),
+        *("pagerduty trigger", "pagerduty resolve"),
+    ),
+}
+
+
+def notification_kinds(
+    label: str,
+    dedup_key: str,
+    messages: Sequence[Mapping[str, Any]],
+    issues: Sequence[Mapping[str, Any]],
+    pagerduty_alerts: Sequence[Mapping[str, Any]],
+) -> list[str]:
+    """What the local Slack, Jira and PagerDuty received of the incident of ``label`` (its
+    ``aw-`` label) and ``dedup_key``, in order per integration: ``slack parent``, ``slack
+    <reply's first word>``, ``jira ticket``, ``jira <comment's first word>``, ``pagerduty
+    trigger`` per alert opened and ``pagerduty acknowledge`` / ``resolve`` per change of its
+    status (``/_local/alerts``). Found by the incident's own identities, so a second parent,
+    ticket or alert shows as one more, not as another incident's."""
+    parents = [m for m in messages if not m.get("thread_ts") and _label_of(m) == label]
+    threads = {m["ts"] for m in parents}
+    kinds = ["slack parent"] * len(parents)
+    kinds += [f"slack {_word(_reply_kind(m))}" for m in messages if m.get("thread_ts") in threads]
+    tickets = [i for i in issues if label in i.get("fields", {}).get("labels", [])]
+    kinds += ["jira ticket"] * len(tickets)
+    kinds += [f"jira {_word(str(c))}" for t in tickets for c in t.get("comments", [])]
+    for alert in (a for a in pagerduty_alerts if a.get("dedup_key") == dedup_key):
+        statuses = list(alert.get("statuses", []))
+        changes = [b for a, b in pairwise(statuses) if a != b]
+        kinds += ["pagerduty trigger"] + [f"pagerduty {_ACTION[c]}" for c in changes]
+    return kinds
+
+
+_ACTION: Final = {"acknowledged": "acknowledge", "resolved": "resolve", "triggered": "trigger"}
+
+
+def _label_of(message: Mapping[str, Any]) -> str | None:
+    metadata = (message.get("params") or {}).get("metadata")
+    return metadata.get("event_payload", {}).get("incident_label") if metadata else None
+
+
+def _word(text: str) -> str:
+    return text.split(" ")[0].rstrip(":,")
+
+
+@dataclass
+class OperatorCount:
+    """An operator trial's notifications against what people must get of each incident."""
+
+    incidents: int = 0
+    expected: int = 0
+    lost: int = 0  # expected and never received
+    doubled: int = 0  # received more often than expected
+    problems: list[str] = field(default_factory=list)  # one line per incident that is off
+
+
+def count_operator(
+    expected: Mapping[str, Sequence[str]], got: Mapping[str, Sequence[str]]
+) -> OperatorCount:
+    """``expected`` and ``got``: per incident, the kinds of ``notification_kinds``."""
+    out = OperatorCount(incidents=len(expected))
+    for name, want in expected.items():
+        have = list(got.get(name, ()))
+        lost, doubled = multiset_shortfall(want, have)
+        out.expected += len(want)
+        out.lost += lost
+        out.doubled += doubled
+        if lost or doubled:
+            out.problems.append(f"{name}: lost {lost}, doubled {doubled}: {have}")
+        elif have != list(want):
+            out.problems.append(f"{name}: out of order: {have}")
+    return out

@@ -20,6 +20,14 @@ ground truth (every Kong entry the ingest service acknowledged):
   resolutions or update replies, several ANCHOR_DRIFT_ALERT ids for an incident, a labelled
   incident alerted twice.
 
+Two more kinds are the operator trials (bench/fault_operator.py), named in the output: "a
+silence expiring during a restart" (``silence-expiry``) and "a crash between an
+acknowledgement and its Jira comment" (``ack-crash``): the alerting service alone on
+verdicts of their own topics, crashed at release_before_commit or ack_before_commit and at
+a send after it; per incident, Slack posts and replies, Jira tickets and comments and
+PagerDuty events counted lost and doubled (doubled ones are duplicate notifications), on a
+line ``operator paths: ...`` before the last.
+
 Anything else that went wrong (an incident missed, a batch never acknowledged, a thread out
 of order) is printed and fails the campaign too. One line per trial; the last line is
 ``faults: N trials, lost L, doubled D, wrong windows W, duplicate notifications K``; exit 1
@@ -65,8 +73,11 @@ from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import read_topic
 from anchorwatch.stack.processes import free_port_block
 from anchorwatch.stack.stack import Stack, StackSettings
+from bench.fault_operator import OperatorOutcome, operator_line, operator_summary
+from bench.fault_operator import run_operator_trial as _run_operator_trial
 from bench.fault_plan import (
     FAULTS,
+    OPERATOR_SCENARIOS,
     TrialSpec,
     count_notifications,
     count_windows,
@@ -274,10 +285,18 @@ class TrialResult:
     duplicates: int = 0
     problems: list[str] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
+    operator: OperatorOutcome | None = None  # an operator trial's own counts
+    lost_notifications: int = 0
 
     @property
     def clean(self) -> bool:
-        return not (self.lost or self.doubled or self.wrong_windows or self.duplicates)
+        return not (
+            self.lost
+            or self.doubled
+            or self.wrong_windows
+            or self.duplicates
+            or self.lost_notifications
+        )
 
 
 def reconcile(j: FaultJourney, report: JourneyReport) -> TrialResult:
@@ -403,6 +422,8 @@ def run_trial(
     stack.up(with_flink=True)
     stack.kafka.wait_in_sync(timeout_s=180)
     job = JobSettings.load(None, kafka={"bootstrap_servers": stack.kafka.bootstrap})
+    if spec.fault in OPERATOR_SCENARIOS:
+        return run_operator_trial(job, spec, work_dir)
     job = job.model_copy(update={"topics": stack.topics})
     alerting = AlertingSettings.load(None, slack={"mode": "off"}, jira={"enabled": False})
     opts = JourneyOptions(
@@ -435,8 +456,25 @@ def run_trial(
     return result
 
 
+def run_operator_trial(job: JobSettings, spec: TrialSpec, work_dir: Path) -> TrialResult:
+    """An operator trial on topics of its own (the journey's are the stack's)."""
+    t = time.monotonic()
+    with flow.private_topics(job) as own:
+        out = _run_operator_trial(own, spec, work_dir / f"operator-{spec.index}")
+    return TrialResult(
+        spec,
+        duplicates=out.count.doubled,
+        problems=out.problems,
+        figures={"seconds": round(time.monotonic() - t)},
+        operator=out,
+        lost_notifications=out.count.lost,
+    )
+
+
 def trial_line(r: TrialResult, total: int) -> str:
     f = r.figures
+    if r.operator is not None:
+        return operator_line(r.spec, r.operator, total, f["seconds"])
     if "windows" not in f:
         return (
             f"trial {r.spec.index + 1}/{total} seed {r.spec.seed} {r.spec.describe()}: "
@@ -484,7 +522,7 @@ def campaign(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--trials", type=int, default=7)
+    p.add_argument("--trials", type=int, default=len(FAULTS))
     p.add_argument("--seed", type=int, default=17)
     p.add_argument("--from", dest="first", type=int, default=0, help="first trial index")
     p.add_argument("--indices", default="", help="only these trial indices (e.g. 3,5)")
@@ -521,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
     others = sum(len(r.problems) for r in results if r.clean)
     if others:
         print(f"other problems: {others} (listed above)")
+    operator = [(r.spec, r.operator) for r in results if r.operator is not None]
+    if operator:
+        print(operator_summary(operator))
     print(final_line(results))
     return 0 if all(r.clean and not r.problems for r in results) else 1
 
