@@ -46,7 +46,9 @@ from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.silence_api import SilenceApi
 from anchorwatch.alerting.slack_actions import SlackInteractions
 from anchorwatch.alerting.store import IncidentListing, Store
+from anchorwatch.alerting.watchdog_run import WatchdogRunner
 from anchorwatch.errors import AnchorwatchError
+from anchorwatch.kafkaio import check_access
 from anchorwatch.policy.refit import RefitHistory, RefitSchedule
 
 log = logging.getLogger(__name__)
@@ -125,6 +127,7 @@ class AlertingService:
         self._failure: BaseException | None = None
         self.refit_metrics = RefitMetrics(self.registry)
         self.refitter: Refitter | None = None
+        self.watchdog: WatchdogRunner | None = None  # notices when anchorwatch is blind
         self.left_behind: list[str] = []  # what the last stop could not finish in time
 
     # ----------------------------------------------------------------- wiring
@@ -149,6 +152,8 @@ class AlertingService:
     def start(self) -> AlertingService:
         s = self.settings
         a = s.alerting
+        # Wrong credentials or an untrusted CA stop the start here, naming the setting.
+        check_access(s.kafka)
         self._lock = StateLock(a.state_dir)
         try:
             store = Store(a.state_dir, synchronous=a.sqlite_synchronous)
@@ -189,6 +194,10 @@ class AlertingService:
                 slack=slack.handle,
             ).start()
             self._verdicts = VerdictConsumer(s, self.engine.offsets)
+            if s.watchdog.enabled:
+                self.watchdog = WatchdogRunner(
+                    s, self.engine, self.integrations(), self.registry, clock=self._clock
+                )
             self._baselines = BaselineConsumer(s, self.metrics.baselines.labels("invalid").inc)
         except BaseException:
             self._lock.release()
@@ -196,6 +205,8 @@ class AlertingService:
         for integration in self.integrations():
             self._spawn(f"sender-{integration}", self._drain, integration)
         self._spawn("consumer", self._consume)
+        if self.watchdog is not None:
+            self._spawn("watchdog", self.watchdog.probe_loop, self._stop)
         log.info(
             "alerting service started",
             extra={
@@ -302,6 +313,8 @@ class AlertingService:
                 if engine.apply_acks(int(self._clock() * 1000)):
                     self._wake_senders()
                 acked = now
+            if self.watchdog is not None and self.watchdog.tick(int(self._clock() * 1000)):
+                self._wake_senders()
             messages = verdicts.poll(a.batch_max, a.poll_timeout_s)
             if not messages:
                 continue

@@ -46,6 +46,7 @@ from anchorwatch.alerting.routing import (
 )
 from anchorwatch.alerting.secret_fields import http_url, one_secret
 from anchorwatch.alerting.silences import MaintenanceWindow
+from anchorwatch.alerting.watchdog_settings import WatchdogSection
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.settings import Section, ServiceSettings
 
@@ -576,4 +577,5 @@ class AlertingSettings(ServiceSettings):
     retry: RetrySection = Field(default_factory=RetrySection)
     pagerduty: PagerDutySection = Field(default_factory=PagerDutySection)
     webhook: WebhookSection = Field(default_factory=WebhookSection)
+    watchdog: WatchdogSection = Field(default_factory=WatchdogSection)
     grouping: GroupingSection = Field(default_factory=GroupingSection)
