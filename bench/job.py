@@ -9,6 +9,7 @@ read-parse-discard job over the same topic, in one run on this machine.
     .venv/bin/python bench/job.py --events 3000000 --rounds 2 --input both      # summaries' gain
     .venv/bin/python bench/job.py --events 3000000 --rounds 2 --rocksdb         # its state cost
     .venv/bin/python bench/job.py --events 5000000 --rounds 3 --input summaries --floors
+    .venv/bin/python bench/job.py --events 1000000 --rounds 3 --peer flink-sql --peer-floors
 
 1. Starts a private Kafka (free ports, temporary directory) and loads N realistic snapshot
    events (from the traffic generator, replayed with fresh ids and new event times).
@@ -67,6 +68,11 @@ read-parse-discard job over the same topic, in one run on this machine.
    its heap, direct memory and metaspace bounded by the job settings local_heap_mb,
    local_direct_mb and local_metaspace_mb (as `job run` does).
 
+5. `--peer flink-sql`: instead of steps 2 to 4, the drift job alternating with the Flink
+   SQL job a user would write instead (bench/peer_sql.py: per doc type, one-minute tumbling
+   windows, AVG(drift_score) and COUNT(*), Flink's `json` format) over the same snapshots,
+   with events/s, CPU per million events, JVM peak RSS and heap; bench/job_peer.py.
+
 The events loaded and the jobs run are in bench/job_runs.py, the instruments (CPU and peak
 RSS, the flight recorder's split, the latency step) in bench/job_measure.py; this script
 runs the steps in order and prints the figures.
@@ -88,6 +94,7 @@ from anchorwatch.demo import slice as flow
 from anchorwatch.jobs import cluster, drift_job
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.stack.stack import private_kafka
+from bench import job_peer, peer_sql
 from bench.job_measure import Attribution, latency, measured
 from bench.job_runs import (
     FLOORS,
@@ -181,7 +188,34 @@ def main() -> None:
         "set, each event also written without its anchor log), or both side by side in the "
         "same rounds",
     )
+    parser.add_argument(
+        "--peer",
+        choices=("flink-sql",),
+        help="instead of the floors and the latency step, the drift job alternating with the "
+        "Flink SQL job a user would write (bench/peer_sql.py) over the snapshots",
+    )
+    parser.add_argument(
+        "--peer-variants",
+        default=",".join(peer_sql.VARIANTS),
+        help="the SQL peer's variants, comma-separated: 'unnest' (AVG over the anchors' "
+        "drift_score, the honest peer) and/or 'mean' (AVG over each record's mean_drift)",
+    )
+    parser.add_argument(
+        "--peer-floors",
+        action="store_true",
+        help="with --peer: also read-parse-discard and read-discard in the same rounds",
+    )
+    parser.add_argument(
+        "--peer-threshold",
+        type=float,
+        default=peer_sql.THRESHOLD,
+        help="the SQL peer's HAVING AVG(...) > threshold (a check: 0 writes every window)",
+    )
     args = parser.parse_args()
+    if args.peer and args.input != "snapshots":
+        parser.error("--peer reads the snapshots: --input snapshots only")
+    if args.peer and not set(args.peer_variants.split(",")) <= set(peer_sql.VARIANTS):
+        parser.error(f"--peer-variants: some of {', '.join(peer_sql.VARIANTS)}")
     with private_kafka(heap="1g") as bootstrap, tempfile.TemporaryDirectory() as tmp:
         args.workdir = tmp
         bench(bootstrap, args)
@@ -247,6 +281,9 @@ def bench(bootstrap: str, args: Any) -> None:
     # The first Flink call starts the mini-cluster's JVM: its boot would count in the first
     # job's fixed cost (CPU per event below zero). One unmeasured run starts it first.
     run_read_discard(over(small, inputs[0]), jar)
+    if args.peer:
+        job_peer.bench(small, big, jar, workdir, args)
+        return
     # Unmeasured runs of every job over the big topic, recorded as the measured ones are:
     # the JIT compiles the Kafka reading and each job's code, with the flight recorder on,
     # before any round counts (else round 1 runs cold: read-discard then measured at a third
