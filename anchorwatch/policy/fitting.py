@@ -86,7 +86,8 @@ def fit_baseline(
     history_start_ms: int,
     history_end_ms: int,
 ) -> FitResult:
-    """Fit one type from its windows (any order; windows without requests are ignored).
+    """Fit one type from its windows (any order; windows without requests are ignored,
+    a window start that repeats counts once: ``one_per_start``).
 
     Twice, when the history holds incidents: the policy itself, run over the history with
     the first fit and its spike record, finds the excursions it would have raised, and the
@@ -102,8 +103,11 @@ def fit_baseline(
         "history_start_ms": history_start_ms,
         "history_end_ms": history_end_ms,
     }
-    ws = sorted((w for w in windows if w.request_count > 0), key=lambda w: w.window_start_ms)
+    ws, repeated = one_per_start(windows)
+    once = (f"{repeated} windows repeating a window start left out (one per start counts)",)
     first = _fit_once(doc_type, ws, policy, **kw)
+    if repeated:
+        first = FitResult(first.baseline, (*first.notes, *once))
     if first.baseline.status != "fitted":
         return first
     # The first fit's record holds its single-window spikes only: incidents of three
@@ -118,7 +122,33 @@ def fit_baseline(
         f"{len(ws) - len(kept)} windows inside {len(spans)} excursion(s) the policy finds in "
         "the history left out of the fit"
     )
-    return _budgeted(ws, kept, spans, FitResult(second.baseline, (*second.notes, note)), policy)
+    notes = (*second.notes, *(once if repeated else ()), note)
+    return _budgeted(ws, kept, spans, FitResult(second.baseline, notes), policy)
+
+
+def one_per_start(windows: Iterable[WindowAggregate]) -> tuple[list[WindowAggregate], int]:
+    """The windows with requests, one per window start, in time order, and how many
+    repeated a start. The copy that counts depends on the copies alone, not on their order:
+    the most requests (a window emitted again after a late request counted holds more),
+    then the higher mean, then the whole record. Otherwise the replay took the first copy
+    to arrive, the spike record the last and the statistics all of them: a history with
+    windows emitted twice (an at-least-once topic) fitted differently in another order."""
+    best: dict[int, WindowAggregate] = {}
+    repeated = 0
+    for w in windows:
+        if w.request_count <= 0:
+            continue
+        held = best.get(w.window_start_ms)
+        if held is not None:
+            repeated += 1
+            if _rank(held) >= _rank(w):
+                continue
+        best[w.window_start_ms] = w
+    return [best[start] for start in sorted(best)], repeated
+
+
+def _rank(w: WindowAggregate) -> tuple[int, float, int, str]:
+    return (w.request_count, w.mean_drift, w.window_end_ms, w.model_dump_json())
 
 
 def excursions(
