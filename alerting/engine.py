@@ -40,6 +40,7 @@ from anchorwatch.alerting.grouping import (
     GROUP_RULE,
     GROUP_WAIT,
     INHIBITED_BY,
+    WATCHDOG_RULE,
     hold_kind,
     inhibitor,
     quality_code,
@@ -146,6 +147,10 @@ class Engine(Releasing):
         for row in restored.open_incidents:
             if row.rule == GROUP_RULE:
                 self._groups[row.incident_id] = row
+            elif row.rule == WATCHDOG_RULE:
+                # The watchdog's notice: no detector's incident, and no abandoned one; its
+                # poster follows it (and hands its rows to ``_keep``).
+                continue
             elif row.incident_id in tracked:
                 self._set_open(row)
             else:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from anchorwatch.alerting.crash import CrashHook
 from anchorwatch.alerting.fanout import Fanout
 from anchorwatch.alerting.grouping import (
-    GROUP_RULE,
+    FOLLOWED_ELSEWHERE,
     INHIBITED_BY,
     group_view,
     hold_kind,
@@ -102,8 +102,9 @@ class EngineBase:
                 del self._open_by_type[row.doc_type]
 
     def _keep(self, row: IncidentRow) -> None:
-        """Remember a row once written: an incident or a group, open or not."""
-        if row.rule == GROUP_RULE:
+        """Remember a row once written: an incident or a group (or the watchdog's notice,
+        kept with the groups: not an open incident of a doc type), open or not."""
+        if row.rule in FOLLOWED_ELSEWHERE:
             if row.state == "open":
                 self._groups[row.incident_id] = row
             else:

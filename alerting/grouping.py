@@ -45,8 +45,11 @@ GROUP_WAIT: Final = "group-wait"
 INHIBITED_BY: Final = "inhibited by "
 #: The ``rule`` of a group incident's row (members keep their own rule).
 GROUP_RULE: Final = "group"
-#: A reason message is cut at 300 characters in Slack: the list of types stops before.
-_LIST_CHARS: Final = 260
+#: The ``rule`` of the watchdog's notice's row (``watchdog_post.py``).
+WATCHDOG_RULE: Final = "watchdog"
+#: Rows no detector follows (a group, the watchdog's notice): the engine keeps the open ones
+#: with the groups (an acknowledgement finds them there), not as open incidents of a type.
+FOLLOWED_ELSEWHERE: Final = frozenset({GROUP_RULE, WATCHDOG_RULE})
 
 HoldKind = Literal["silence", "group-wait", "inhibited"]
 
@@ -142,37 +145,17 @@ def _severity(members: Mapping[str, Mapping[str, Any]]) -> str:
     return "critical" if any(m["severity"] == "critical" for m in members.values()) else "warning"
 
 
-def _listed(names: Sequence[str]) -> str:
-    """``a, b, c`` up to what a message shows, then ``(+N more)``: the count is always there."""
-    shown: list[str] = []
-    for i, name in enumerate(names):
-        more = f" (+{len(names) - i} more)"
-        if len(", ".join([*shown, name[:40]])) + len(more) > _LIST_CHARS:
-            return ", ".join(shown) + more
-        shown.append(name[:40])
-    return ", ".join(shown)
-
-
 def group_view(
     group: IncidentRow, kind: str, latest: WindowPoint | None, note: str | None = None
 ) -> IncidentView:
-    """What people see of the group: its types (open ones and recovered ones, bounded, with
-    their counts) as reasons, ``note`` (what changed) first; the latest member window."""
+    """What people see of the group (kind ``group``): its code and its member types in the
+    order they were hit, each open or recovered (the renderers list them, bounded); ``note``
+    (what changed) as its reason; the latest member window (not shown: no drift figures)."""
     code = str(group.record["code"])
     members: dict[str, dict[str, Any]] = group.record["members"]
     entries = sorted(members.values(), key=lambda m: (m["opened_at_ms"], m["doc_type"]))
-    open_types = [m["doc_type"] for m in entries if m["state"] != "resolved"]
-    recovered = [m["doc_type"] for m in entries if m["state"] == "resolved"]
     label = f"{code}: {len(members)} doc types"
     reasons = [Reason(code="group_change", message=note)] if note else []
-    if open_types:
-        reasons.append(
-            Reason(code=code, message=f"{len(open_types)} doc types: {_listed(open_types)}")
-        )
-    if recovered:
-        reasons.append(
-            Reason(code="recovered", message=f"{len(recovered)} doc types: {_listed(recovered)}")
-        )
     start = latest.window_start_ms if latest else group.opened_at_ms
     window = WindowAggregate(
         doc_type=label,
@@ -194,4 +177,10 @@ def group_view(
         reasons=reasons,
         peak_mean_drift=max((float(m["peak_mean_drift"]) for m in entries), default=0.0),
         acked_by=group.acked_by,
+        kind="group",
+        code=code,
+        members=tuple(
+            (str(m["doc_type"]), "recovered" if m["state"] == "resolved" else "open")
+            for m in entries
+        ),
     )

@@ -13,11 +13,21 @@ from anchorwatch.alerting.render import IncidentView, WindowPoint
 from anchorwatch.alerting.store import OutboxEntry
 from anchorwatch.contracts import Reason, WindowAggregate, validate
 
+#: The view's fields of a group or the watchdog's notice: left out of a drift incident's
+#: payload (which stays as it was; an entry written before they existed reads as drift).
+KIND_FIELDS = ("kind", "code", "members", "signals")
+
 
 def view_to_json(view: IncidentView) -> dict[str, Any]:
     data = asdict(view)
     data["window"] = view.window.model_dump(mode="json", exclude_none=True)
     data["reasons"] = [r.model_dump(mode="json") for r in view.reasons]
+    if view.kind == "drift":
+        for name in KIND_FIELDS:
+            del data[name]
+    else:
+        data["members"] = [list(m) for m in view.members]
+        data["signals"] = list(view.signals)
     return data
 
 
@@ -25,6 +35,8 @@ def view_from_json(data: dict[str, Any]) -> IncidentView:
     values = dict(data)
     values["window"] = validate(WindowAggregate, values["window"])
     values["reasons"] = [validate(Reason, r) for r in values.get("reasons") or []]
+    values["members"] = tuple((str(d), str(s)) for d, s in values.get("members") or ())
+    values["signals"] = tuple(str(s) for s in values.get("signals") or ())
     return IncidentView(**values)
 
 

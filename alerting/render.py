@@ -7,6 +7,12 @@ uses (times, spans, durations, the state). Pure: no I/O, no client library, no c
 Each integration renders its own messages from these: ``integrations/slack/render.py`` (Block
 Kit), ``integrations/jira/render.py`` (wiki markup, labels, JQL). Doc types come from request
 headers: untrusted; everything shown from them passes through the integration's escaper.
+
+An incident is of one of three kinds (``IncidentView.kind``): a drift incident of one doc
+type (``drift``); the group incident of a data-quality fault across doc types (``group``,
+``grouping.py``: its code and its members, each open or recovered); the watchdog's notice
+that anchorwatch cannot see some doc types (``blind``, ``watchdog_post.py``: the types with
+the signal blinding each, and the signals seen). Only a drift incident shows drift figures.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from anchorwatch.contracts import Reason, Verdict, WindowAggregate
 
 Severity = Literal["warning", "critical"]
 IncidentState = Literal["open", "updated", "resolved"]
+IncidentKind = Literal["drift", "group", "blind"]
 
 INCIDENT_LABEL_PREFIX = "aw-"
 
@@ -51,6 +58,17 @@ class IncidentView:
     # acknowledges it, the user's name (for Jira).
     acked_by: str | None = None
     acked_name: str | None = None
+    # What kind of incident it is (see the module's docstring); the fields below are for the
+    # ``group`` and ``blind`` kinds only.
+    kind: IncidentKind = "drift"
+    # A group: the data-quality code (``snapshot_disabled``).
+    code: str | None = None
+    # The doc types it is about, each with its state: a group's members in the order they
+    # were hit, "open" or "recovered"; the notice's blind types, by name, with their signal
+    # (``no_verdicts``, ``watermark_stalled``, ``consumer_stalled``).
+    members: tuple[tuple[str, str], ...] = ()
+    # The notice: the signals seen (a stalled watermark may blind no type it can name).
+    signals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)  # slots: 30 per doc type are held, 10,000s of types
@@ -152,6 +170,70 @@ def adapted_phrase(view: IncidentView, escape: Callable[[str], str]) -> str | No
         f"{escape(truncate(view.doc_type, 120))} moved from {view.adapted_from:.2f} to "
         f"{view.adapted_to:.2f} and stayed: baseline adapted"
     )
+
+
+#: The watchdog's signals, in words.
+SIGNAL_WORDS: dict[str, str] = {
+    "no_verdicts": "no verdicts",
+    "watermark_stalled": "watermark stalled",
+    "consumer_stalled": "consumer stalled",
+}
+#: What to look at when anchorwatch is blind (the notice's "what to check").
+BLIND_CHECKS: tuple[str, ...] = (
+    "the drift job: is it running, or restarting?",
+    "its consumer group's lag on the input topic: is it committing?",
+    "its watermark, the newest verdict window's end: does it still move?",
+)
+
+
+def signal_words(signals: Sequence[str]) -> str:
+    return ", ".join(SIGNAL_WORDS.get(s, s) for s in signals) or "none"
+
+
+def member_types(view: IncidentView, state: str | None = None) -> list[str]:
+    """The doc types of a group or the notice, those in ``state`` only when given."""
+    return [doc for doc, st in view.members if state is None or st == state]
+
+
+def listed(names: Sequence[str], show: Callable[[str], str], limit: int) -> str:
+    """``a, b, c (+N more)``: the names, each through ``show`` (the markup's escaper), as many
+    as fit in ``limit`` characters (UTF-16 units) with the count of the rest always there."""
+    shown: list[str] = []
+    used = 0
+    for i, name in enumerate(names):
+        part = show(name)
+        rest = len(names) - i - 1
+        more = utf16_len(f" (+{rest} more)") if rest else 0
+        size = used + (2 if shown else 0) + utf16_len(part)
+        if size + more > limit:
+            return " ".join([", ".join(shown), f"(+{len(names) - i} more)"]).strip()
+        shown.append(part)
+        used = size
+    return ", ".join(shown)
+
+
+def kind_title(view: IncidentView) -> str:
+    """The words that open a message of the incident: what kind it is, and its state."""
+    resolved = view.state == "resolved"
+    if view.kind == "group":
+        return "Data-quality fault resolved" if resolved else "Data-quality fault"
+    if view.kind == "blind":
+        return "anchorwatch sees again" if resolved else "anchorwatch cannot see"
+    return "Drift resolved" if resolved else "Drift alert"
+
+
+def kind_summary(view: IncidentView) -> str:
+    """A group's or the notice's words in plain text (the paging receivers' summaries):
+    what it is and its types, bounded."""
+
+    def plain(text: str) -> str:
+        return clean_text(truncate(text, 120))
+
+    title = kind_title(view)
+    if view.kind == "group":
+        return f"{title}: {plain(view.code or '?')} across {len(view.members)} doc types"
+    names = listed(member_types(view), plain, 600)
+    return f"{title} {len(view.members)} doc types ({signal_words(view.signals)}): {names}"
 
 
 def state_phrase(view: IncidentView) -> str:

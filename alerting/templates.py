@@ -8,20 +8,22 @@ for the text it lands in (Slack mrkdwn, Jira wiki markup, or plain text), by the
 integration's own escaper, so a doc type can never bring markup in through a template.
 
 A template is checked when the settings load (``check_template``): parsed and rendered
-against a sample of the variables it will be given, so a syntax error, an unknown variable
-or an unsafe access is refused at start, not at the first incident.
+against samples of the variables it will be given, one per kind of incident (drift, a
+data-quality group, the watchdog's notice), so a syntax error, an unknown variable or an
+unsafe access is refused at start, not at the first incident of a kind.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
 from jinja2 import StrictUndefined, Template, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
-from anchorwatch.alerting.render import IncidentView
+from anchorwatch.alerting.render import IncidentKind, IncidentView
 from anchorwatch.alerting.routing import NO_ROUTE, RouteInfo
 from anchorwatch.contracts import Reason, WindowAggregate
 
@@ -64,7 +66,8 @@ def check_template(
     source: str, variables: Callable[[IncidentView, RouteInfo], Mapping[str, Any]]
 ) -> str:
     """Raise ValueError saying what is wrong unless ``source`` parses and renders against the
-    sample incident (an open one with a route, and a resolved one without); return it."""
+    sample incidents (a drift incident open with a route and resolved without, a data-quality
+    group and the watchdog's notice: a template is applied to every kind); return it."""
     if len(source) > TEMPLATE_MAX:
         raise ValueError(f"at most {TEMPLATE_MAX} characters")
     try:
@@ -108,6 +111,27 @@ def _sample_view(resolved: bool) -> IncidentView:
     )
 
 
+def _sample_kind(kind: IncidentKind) -> IncidentView:
+    """A data-quality group (open, one type recovered) or the watchdog's notice (open)."""
+    view = replace(_sample_view(False), kind=kind, reasons=[], baseline_version=None)
+    if kind == "group":
+        return replace(
+            view,
+            doc_type="snapshot_disabled: 3 doc types",
+            code="snapshot_disabled",
+            members=(("sample_a", "open"), ("sample_b", "open"), ("sample_c", "recovered")),
+            reasons=[Reason(code="group_change", message="recovered: sample_c")],
+        )
+    return replace(
+        view,
+        doc_type="anchorwatch:watchdog",
+        severity="critical",
+        members=(("sample_a", "no_verdicts"), ("sample_b", "consumer_stalled")),
+        signals=("no_verdicts", "consumer_stalled"),
+        reasons=[Reason(code="no_verdicts", message="snapshots keep arriving, no verdicts")],
+    )
+
+
 SAMPLES: tuple[tuple[IncidentView, RouteInfo], ...] = (
     (
         _sample_view(False),
@@ -121,4 +145,6 @@ SAMPLES: tuple[tuple[IncidentView, RouteInfo], ...] = (
         ),
     ),
     (_sample_view(True), NO_ROUTE),
+    (_sample_kind("group"), NO_ROUTE),
+    (_sample_kind("blind"), NO_ROUTE),
 )

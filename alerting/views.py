@@ -1,12 +1,15 @@
 """What the renderers are shown of an incident (``IncidentView``): built from a change the
 detector made, or from an open incident as the store holds it (a post held back while
-muted goes out from there)."""
+muted goes out from there; an acknowledgement, of the watchdog's notice too, whose row
+holds its latest view)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Final
 
+from anchorwatch.alerting.payload import view_from_json
 from anchorwatch.alerting.render import IncidentState, IncidentView, WindowPoint
 from anchorwatch.alerting.store import IncidentRow
 from anchorwatch.contracts import Reason, WindowAggregate
@@ -59,6 +62,8 @@ def change_view(
 
 #: The row record's key for the reasons of a change held back from people (``row_view``).
 HELD_REASONS = "held_reasons"
+#: The row record's key of the watchdog notice's latest view (``watchdog_post.py``).
+NOTICE_VIEW = "notice_view"
 
 
 def held_reasons(row: IncidentRow | None, reasons: Sequence[Reason]) -> list[dict[str, str]]:
@@ -72,7 +77,11 @@ def held_reasons(row: IncidentRow | None, reasons: Sequence[Reason]) -> list[dic
 def row_view(
     row: IncidentRow, history: list[WindowPoint], dashboard_url: str | None
 ) -> IncidentView:
-    """An open incident as stored, with its type's latest window."""
+    """An open incident as stored, with its type's latest window (the watchdog's notice: its
+    latest view, as its row holds it)."""
+    if NOTICE_VIEW in row.record:
+        view = view_from_json(row.record[NOTICE_VIEW])
+        return replace(view, state="open", resolved_at_ms=None, acked_by=row.acked_by)
     last = history[-1] if history else None
     window = WindowAggregate(
         doc_type=row.doc_type,

@@ -77,8 +77,13 @@ class WatchdogRunner:
         self._engine = engine
         self._clock = clock
         self.metrics = WatchdogMetrics(registry)
+        # follow: the engine holds the notice's row, so an Acknowledge click on it applies.
         self.poster = NoticePoster(
-            settings, engine.store, integrations, clock_ms=lambda: int(clock() * 1000)
+            settings,
+            engine.store,
+            integrations,
+            clock_ms=lambda: int(clock() * 1000),
+            follow=engine._keep,
         )
         listed = self.poster.notice.types if self.poster.notice is not None else None
         self.detector = Watchdog(

@@ -16,6 +16,11 @@ The routing key is a secret: it is added to the event as it is sent, never store
 outbox, never logged, and left out of what a dry run shows. ``acknowledge`` goes out when
 someone acknowledges the incident in Slack (``slack_actions.py``), under the same key, when
 the incident was paged (its severity routed, as for the resolve).
+
+A data-quality group and the watchdog's notice (``render.IncidentView.kind``) say what they
+are in the summary ("Data-quality fault: <code> across N doc types", "anchorwatch cannot see
+N doc types: ..."), their ``class`` (``data_quality``, ``anchorwatch_blind``) and details
+(``kind``, the types: no drift figures); a drift incident's event is as it always was.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from anchorwatch.alerting.render import (
     baseline_phrase,
     clean_text,
     incident_label,
+    kind_summary,
     safe_url,
     state_phrase,
     truncate,
@@ -53,6 +59,10 @@ EVENT_ACTIONS: Final[dict[str, EventAction]] = {
 #: PagerDuty's own limits: the summary's length, and the reasons kept in the details.
 SUMMARY_MAX: Final = 1024
 REASONS_MAX: Final = 10
+#: The doc types a group's or the notice's details name at most.
+TYPES_MAX: Final = 50
+#: The event's class, by kind of incident.
+CLASSES: Final = {"drift": "semantic_drift", "group": "data_quality", "blind": "anchorwatch_blind"}
 
 
 def dedup_key(incident_id: str) -> str:
@@ -62,6 +72,8 @@ def dedup_key(incident_id: str) -> str:
 
 def pagerduty_summary(view: IncidentView) -> str:
     """One line, at most 1024 characters; the doc type made safe to show and cut."""
+    if view.kind != "drift":
+        return truncate(f"[{view.severity.upper()}] {kind_summary(view)}", SUMMARY_MAX)
     doc = truncate(clean_text(view.doc_type), 200)
     return truncate(
         f"[{view.severity.upper()}] Drift alert: {doc} mean drift "
@@ -72,6 +84,8 @@ def pagerduty_summary(view: IncidentView) -> str:
 
 def custom_details(view: IncidentView) -> dict[str, Any]:
     """What the alert's details show; ``doc_type`` is the exact doc type (JSON-escaped)."""
+    if view.kind != "drift":
+        return _kind_details(view)
     return {
         "doc_type": view.doc_type,
         "incident_id": view.incident_id,
@@ -91,6 +105,30 @@ def custom_details(view: IncidentView) -> dict[str, Any]:
     }
 
 
+def _kind_details(view: IncidentView) -> dict[str, Any]:
+    """A group's or the notice's details: its kind and types (the first TYPES_MAX, exact,
+    JSON-escaped, with their state or signal), no drift figures."""
+    details: dict[str, Any] = {
+        "kind": view.kind,
+        "doc_type": view.doc_type,
+        "incident_id": view.incident_id,
+        "incident_label": incident_label(view.incident_id),
+        "severity": view.severity,
+        "state": state_phrase(view),
+        "doc_type_count": len(view.members),
+        "doc_types": {doc: state for doc, state in view.members[:TYPES_MAX]},
+    }
+    if view.kind == "group":
+        details["code"] = view.code
+    else:
+        details["signals"] = list(view.signals)
+    details["reasons"] = [
+        f"{r.code}: {truncate(clean_text(r.message), 300)}"
+        for r in list(view.reasons)[:REASONS_MAX]
+    ]
+    return details
+
+
 def pagerduty_event(action: EventAction, view: IncidentView, source: str) -> dict[str, Any]:
     """The event without its routing key. A trigger carries the alert's payload and links;
     acknowledge and resolve need only the key."""
@@ -104,7 +142,7 @@ def pagerduty_event(action: EventAction, view: IncidentView, source: str) -> dic
         "timestamp": rfc3339(view.window.window_end_ms),
         "component": truncate(clean_text(view.doc_type), 255),
         "group": "anchorwatch",
-        "class": "semantic_drift",
+        "class": CLASSES[view.kind],
         "custom_details": custom_details(view),
     }
     event["client"] = "anchorwatch"

@@ -22,6 +22,11 @@ receiver's answer and the outbox's "done" is sent again. Receivers written for A
 already tolerate that; ``groupKey`` (one per incident) and the alert's ``fingerprint`` (one
 per incident, stable across restarts and re-openings) with its ``status`` are what they
 deduplicate on. The URL and the bearer token are secrets: never logged, not in errors.
+
+A data-quality group and the watchdog's notice (``render.IncidentView.kind``) are alerts of
+their own name (``AnchorDataQualityFault``, ``AnchorwatchBlind``) with a ``kind`` label
+(``group``, ``blind``); their annotations say what they are and list their types (no drift
+figures). A drift incident's body is as it always was.
 """
 
 from __future__ import annotations
@@ -40,7 +45,11 @@ from anchorwatch.alerting.render import (
     baseline_phrase,
     clean_text,
     incident_label,
+    kind_summary,
+    listed,
+    member_types,
     safe_url,
+    signal_words,
     state_phrase,
     truncate,
     window_span,
@@ -50,6 +59,12 @@ from anchorwatch.alerting.store import OutboxEntry
 
 SERVICE: Final = "webhook"
 ALERTNAME: Final = "AnchorDrift"
+#: The alert's name by kind of incident.
+ALERTNAMES: Final = {
+    "drift": ALERTNAME,
+    "group": "AnchorDataQualityFault",
+    "blind": "AnchorwatchBlind",
+}
 #: Longest annotation value.
 ANNOTATION_MAX: Final = 2000
 
@@ -60,13 +75,16 @@ def fingerprint(incident_id: str) -> str:
 
 
 def alert_labels(view: IncidentView) -> dict[str, str]:
-    return {
-        "alertname": ALERTNAME,
+    labels = {
+        "alertname": ALERTNAMES[view.kind],
         "doc_type": view.doc_type,
         "severity": view.severity,
         "incident_id": view.incident_id,
         "incident_label": incident_label(view.incident_id),
     }
+    if view.kind != "drift":
+        labels["kind"] = view.kind
+    return labels
 
 
 def group_key(group_labels: dict[str, str]) -> str:
@@ -81,6 +99,28 @@ def _quoted(value: str) -> str:
     return f'"{escaped}"'
 
 
+def _kind_lines(view: IncidentView) -> list[str]:
+    """A group's or the notice's description: its state and its types, no drift figures."""
+
+    def names(types: list[str]) -> str:
+        return listed(types, lambda t: clean_text(truncate(t, 120)), 800)
+
+    if view.kind == "group":
+        open_types, recovered = member_types(view, "open"), member_types(view, "recovered")
+        lines = [f"{state_phrase(view)}; data-quality fault {clean_text(view.code or '?')}."]
+        if open_types:
+            lines.append(f"open ({len(open_types)}): {names(open_types)}")
+        if recovered:
+            lines.append(f"recovered ({len(recovered)}): {names(recovered)}")
+    else:
+        lines = [
+            f"{state_phrase(view)}; signal {signal_words(view.signals)}; check the drift job, "
+            "its consumer group's lag and its watermark.",
+            f"blind ({len(view.members)}): {names(member_types(view))}",
+        ]
+    return lines + [f"{r.code}: {clean_text(r.message)}" for r in view.reasons]
+
+
 def alert_annotations(view: IncidentView, runbook_url: str | None) -> dict[str, str]:
     doc = truncate(clean_text(view.doc_type), 200)
     resolved = view.state == "resolved"
@@ -88,6 +128,8 @@ def alert_annotations(view: IncidentView, runbook_url: str | None) -> dict[str, 
         f"Drift {'resolved' if resolved else 'alert'} ({view.severity}): {doc} mean drift "
         f"{view.window.mean_drift:.3f} vs threshold {view.threshold:.3f}"
     )
+    if view.kind != "drift":
+        summary = f"{kind_summary(view)} ({view.severity})"
     lines = [
         f"{state_phrase(view)}; mean drift {view.window.mean_drift:.3f} over "
         f"{view.window.request_count} requests in {window_span(view.window)} "
@@ -96,6 +138,8 @@ def alert_annotations(view: IncidentView, runbook_url: str | None) -> dict[str, 
     if adapted := adapted_phrase(view, clean_text):
         lines.append(adapted)
     lines += [f"{r.code}: {clean_text(r.message)}" for r in view.reasons]
+    if view.kind != "drift":
+        lines = _kind_lines(view)
     annotations = {
         "summary": truncate(summary, ANNOTATION_MAX),
         "description": truncate("\n".join(lines), ANNOTATION_MAX),
@@ -114,7 +158,7 @@ def alertmanager_body(
     status = "resolved" if resolved else "firing"
     labels = alert_labels(view)
     annotations = alert_annotations(view, webhook.runbook_url)
-    group_labels = {"alertname": ALERTNAME, "incident_id": view.incident_id}
+    group_labels = {"alertname": labels["alertname"], "incident_id": view.incident_id}
     ends = view.resolved_at_ms or view.window.window_end_ms
     alert = {
         "status": status,

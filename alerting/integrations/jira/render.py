@@ -7,6 +7,13 @@ Jira has no escape) and JQL (a double-quoted string literal); a doc type's label
 carries a hash of the exact doc type, so two types never share one. The summary and the
 description come from templates (``templates.py``) given only values already made safe:
 plain text for the summary, wiki-escaped text for the description.
+
+Each kind of incident (``render.IncidentView.kind``) has its own texts: a drift incident
+its drift evidence; a data-quality group its code and member types (open, recovered); the
+watchdog's notice its blind types, the signals and what to check. Their types are listed as
+doc types are shown (wiki-escaped), bounded with the count of the rest. While a template is
+the default one, a group and the notice use their own default; a custom template applies
+to every kind (its ``kind`` variable tells them apart).
 """
 
 from __future__ import annotations
@@ -14,10 +21,11 @@ from __future__ import annotations
 import hashlib
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from anchorwatch.alerting.render import (
+    BLIND_CHECKS,
     IncidentView,
     WindowPoint,
     adapted_phrase,
@@ -26,7 +34,11 @@ from anchorwatch.alerting.render import (
     duration,
     hhmm,
     incident_label,
+    kind_title,
+    listed,
+    member_types,
     safe_url,
+    signal_words,
     state_phrase,
     truncate,
     utc,
@@ -44,6 +56,14 @@ DOC_LABEL_PREFIX = "doc-"
 #: 64 bits: finding another text with the same label costs about 2**64 hashes.
 DOC_LABEL_HASH_HEX = 16
 DEFAULT_SUMMARY_TEMPLATE = "[URGENT] Drift Alert: {doc_type} - Score {avg_drift}"
+#: The summaries of a group and the notice while the template is the default one.
+KIND_SUMMARY_TEMPLATES = {
+    "group": "[URGENT] {{ title }}: {{ subject }}",
+    "blind": "[URGENT] {{ title }} {{ subject }}",
+}
+#: How long a list of types may grow: in a summary (plain), in a description (wiki).
+SUMMARY_LIST_MAX = 180
+DESCRIPTION_LIST_MAX = 4_000
 SUMMARY_FIELDS = frozenset(
     {"doc_type", "avg_drift", "severity", "severity_upper", "threshold", "incident_label"}
 )
@@ -126,9 +146,28 @@ def check_summary_template(template: str) -> str:
     return template
 
 
+def jira_subject(view: IncidentView, show: Callable[[str], str], limit: int) -> str:
+    """What the incident is about, each untrusted text through ``show``: the doc type; a
+    group's code and count; the notice's count and types (bounded)."""
+    if view.kind == "group":
+        return f"{show(view.code or '?')} across {len(view.members)} doc types"
+    if view.kind == "blind":
+        return f"{len(view.members)} doc types: {listed(member_types(view), show, limit)}"
+    return show(view.doc_type)
+
+
+def _plain(text: str) -> str:
+    return clean_text(truncate(text, 120))
+
+
 def summary_variables(view: IncidentView, route: RouteInfo = NO_ROUTE) -> dict[str, Any]:
     """What the summary template is given: plain text (a summary has no markup)."""
     return {
+        "kind": view.kind,
+        "title": kind_title(view),
+        "subject": jira_subject(view, _plain, SUMMARY_LIST_MAX),
+        "doc_types": listed(member_types(view), _plain, SUMMARY_LIST_MAX),
+        "doc_type_count": len(view.members),
         "doc_type": clean_text(view.doc_type),
         "avg_drift": f"{view.window.mean_drift:.3f}",
         "mean_drift": f"{view.window.mean_drift:.3f}",
@@ -147,6 +186,8 @@ def jira_summary(
 ) -> str:
     """The ticket title from the template, on one line, at most 255 characters."""
     variables = summary_variables(view, route)
+    if view.kind != "drift" and template == DEFAULT_SUMMARY_TEMPLATE:
+        template = KIND_SUMMARY_TEMPLATES[view.kind]
     if is_jinja(template):
         text = render(template, variables)
     else:
@@ -201,6 +242,74 @@ h4. Diagnoses
 _Opened by anchorwatch. Updates arrive as comments; the ticket is transitioned when the \
 drift is back to normal._"""
 
+#: A data-quality group's description (while ``description_template`` is unset).
+GROUP_DESCRIPTION_TEMPLATE = """\
+*Data-quality fault* *{{ code }}* across *{{ doc_type_count }} doc types*: severity \
+*{{ severity_upper }}*, {{ state_phrase }}.
+
+{% if owner %}
+Owner: *{{ owner }}*{{ " · [Runbook|" ~ runbook_url ~ "]" if runbook_url else "" }}
+
+{% elif runbook_url %}
+[Runbook|{{ runbook_url }}]
+
+{% endif %}
+The snapshots of these doc types carry the diagnosis *{{ code }}*: a fault of the input, not \
+drift. Their drift pages are held back while it lasts.
+
+h4. Doc types
+* Open ({{ open_count }}): {{ open_types or "none" }}
+* Recovered ({{ recovered_count }}): {{ recovered_types or "none" }}
+
+h4. Details
+{% for r in reasons %}
+* *{{ r.code }}*: {{ r.message }}
+{% endfor %}
+* Incident: {{ incident_label }} (id {{ incident_id }})
+
+_Opened by anchorwatch. Doc types joining and recovering arrive as comments; the ticket is \
+transitioned when every doc type has recovered._"""
+
+#: The watchdog's notice's description (while ``description_template`` is unset).
+BLIND_DESCRIPTION_TEMPLATE = """\
+*anchorwatch cannot see {{ doc_type_count }} doc types*: severity *{{ severity_upper }}*, \
+{{ state_phrase }}. Signal: *{{ signals }}*. Drift in these doc types goes unnoticed until \
+the drift job's verdicts about them flow again.
+
+{% if owner %}
+Owner: *{{ owner }}*{{ " · [Runbook|" ~ runbook_url ~ "]" if runbook_url else "" }}
+
+{% elif runbook_url %}
+[Runbook|{{ runbook_url }}]
+
+{% endif %}
+h4. Blind doc types
+{% for b in blind %}
+* {{ b.signal }} ({{ b.count }}): {{ b.types }}
+{% else %}
+* none named
+{% endfor %}
+
+h4. What to check
+{% for c in checks %}
+* {{ c }}
+{% endfor %}
+
+h4. Details
+{% for r in reasons %}
+* *{{ r.code }}*: {{ r.message }}
+{% endfor %}
+* Incident: {{ incident_label }} (id {{ incident_id }})
+
+_Opened by anchorwatch's watchdog. Changes arrive as comments; the ticket is transitioned \
+when verdicts flow again._"""
+
+KIND_DESCRIPTION_TEMPLATES = {
+    "drift": DEFAULT_DESCRIPTION_TEMPLATE,
+    "group": GROUP_DESCRIPTION_TEMPLATE,
+    "blind": BLIND_DESCRIPTION_TEMPLATE,
+}
+
 
 def _jira_windows(
     view: IncidentView, history: Sequence[WindowPoint], limit: int = 10
@@ -239,6 +348,7 @@ def description_variables(
     literally: no markup, links, mentions or icons from a doc type), URLs made safe."""
     w = view.window
     return {
+        **_kind_variables(view),
         "doc_type": jira_escape(truncate(view.doc_type, 300)),
         "severity": view.severity,
         "severity_upper": view.severity.upper(),
@@ -265,6 +375,48 @@ def description_variables(
     }
 
 
+def jira_doc_type(doc_type: str) -> str:
+    """A doc type as the description shows it."""
+    return jira_escape(truncate(doc_type, 300))
+
+
+def jira_types(names: Sequence[str], limit: int = DESCRIPTION_LIST_MAX) -> str:
+    """Doc types as the description shows them, bounded, with the count of the rest."""
+    return listed(names, jira_doc_type, limit)
+
+
+def _kind_variables(view: IncidentView) -> dict[str, Any]:
+    """What a description of any kind is given about its kind (empty for a drift incident):
+    a group's code and types by state, the notice's signals, types by signal and checks."""
+    open_types, recovered = member_types(view, "open"), member_types(view, "recovered")
+    by_signal: dict[str, list[str]] = {}
+    if view.kind == "blind":
+        for doc, signal in view.members:
+            by_signal.setdefault(signal, []).append(doc)
+    return {
+        "kind": view.kind,
+        "title": kind_title(view),
+        "subject": jira_subject(view, jira_doc_type, 1_000),
+        "code": jira_escape(view.code or ""),
+        "doc_types": jira_types(member_types(view)),
+        "doc_type_count": len(view.members),
+        "open_types": jira_types(open_types) if view.kind == "group" else "",
+        "open_count": len(open_types) if view.kind == "group" else 0,
+        "recovered_types": jira_types(recovered),
+        "recovered_count": len(recovered),
+        "signals": jira_escape(signal_words(view.signals)) if view.kind == "blind" else "",
+        "blind": [
+            {
+                "signal": jira_escape(signal_words([signal])),
+                "count": len(types),
+                "types": jira_types(types, DESCRIPTION_LIST_MAX // len(by_signal)),
+            }
+            for signal, types in by_signal.items()
+        ],
+        "checks": [jira_escape(c) for c in BLIND_CHECKS] if view.kind == "blind" else [],
+    }
+
+
 def check_description_template(source: str) -> str:
     """The template if it renders against a sample incident (ValueError otherwise)."""
     return check_template(source, description_variables)
@@ -279,11 +431,30 @@ def jira_description(
 ) -> str:
     """The ticket body (Jira wiki markup, REST v2): the evidence people need to act."""
     variables = description_variables(view, route, history)
-    text = render(template or DEFAULT_DESCRIPTION_TEMPLATE, variables)
+    text = render(template or KIND_DESCRIPTION_TEMPLATES[view.kind], variables)
     return truncate(text, JIRA_TEXT_MAX)
 
 
 def jira_update_comment(view: IncidentView) -> str:
+    if view.kind == "group":
+        open_count = len(member_types(view, "open"))
+        recovered = len(member_types(view, "recovered"))
+        lines = [
+            f"Update: data-quality fault *{jira_escape(view.code or '?')}*, {open_count} doc "
+            f"types open, {recovered} recovered; severity *{view.severity.upper()}*."
+        ]
+        if view.reasons:
+            lines += ["", *_jira_reasons(view.reasons)]
+        return truncate("\n".join(lines), JIRA_TEXT_MAX)
+    if view.kind == "blind":
+        lines = [
+            f"Update: anchorwatch cannot see {jira_subject(view, jira_doc_type, 2_000)}; "
+            f"signal *{jira_escape(signal_words(view.signals))}*; severity "
+            f"*{view.severity.upper()}*."
+        ]
+        if view.reasons:
+            lines += ["", *_jira_reasons(view.reasons)]
+        return truncate("\n".join(lines), JIRA_TEXT_MAX)
     w = view.window
     lines = [
         f"Update, {window_span(w)}: mean drift *{w.mean_drift:.3f}* against threshold "
@@ -298,6 +469,17 @@ def jira_update_comment(view: IncidentView) -> str:
 def jira_resolved_comment(view: IncidentView) -> str:
     w = view.window
     end = view.resolved_at_ms if view.resolved_at_ms is not None else w.window_end_ms
+    after = f"Resolved {utc(end)} after {duration(end - view.opened_at_ms)}"
+    if view.kind == "group":
+        return (
+            f"{after}: every doc type of the data-quality fault "
+            f"{jira_subject(view, jira_doc_type, 2_000)} recovered."
+        )
+    if view.kind == "blind":
+        return (
+            f"{after}: anchorwatch sees again {jira_subject(view, jira_doc_type, 2_000)} "
+            "(verdicts arrive again for them, or they stopped arriving)."
+        )
     if (adapted := adapted_phrase(view, jira_escape)) is not None:
         return (
             f"Resolved {utc(end)} after {duration(end - view.opened_at_ms)}: "

@@ -11,6 +11,13 @@ Untrusted text (doc types, reasons) is escaped for mrkdwn: ``&``, ``<``, ``>`` a
 ``<!channel>`` is text, bare ``@here``/``@channel`` broken, doc types shown as inline code so
 ``*``/``_``/``~`` cannot format. The parent's fallback text and headline come from templates
 (``templates.py``) given only such escaped values (``slack_variables``).
+
+Each kind of incident (``render.IncidentView.kind``) has its own texts: a drift incident
+its drift figures; a data-quality group its code and member types (open, recovered); the
+watchdog's notice its blind types, the signals and what to check. The types of a group or
+the notice are listed as doc types are shown (inline code, escaped), bounded with the count
+of the rest. While a template is the default one, a group and the notice use their own
+default; a custom template applies to every kind (its ``kind`` variable tells them apart).
 """
 
 from __future__ import annotations
@@ -30,13 +37,18 @@ from slack_sdk.models.blocks import (
 )
 
 from anchorwatch.alerting.render import (
+    BLIND_CHECKS,
     IncidentView,
     adapted_phrase,
     baseline_phrase,
     clean_text,
     duration,
     incident_label,
+    kind_title,
+    listed,
+    member_types,
     safe_url,
+    signal_words,
     state_phrase,
     truncate,
     window_span,
@@ -59,6 +71,18 @@ DEFAULT_TEXT_TEMPLATE = (
     "vs threshold {{ threshold }} ({{ state }})"
 )
 DEFAULT_HEADLINE_TEMPLATE = "{{ icon }} *{{ title }}* {{ doc_type }} · *{{ severity_upper }}*"
+#: What a group and the notice show while the templates are the default ones.
+KIND_TEXT_TEMPLATES = {
+    "group": "[{{ severity_upper }}] {{ title }}: {{ subject }} ({{ state }})",
+    "blind": "[{{ severity_upper }}] {{ title }} {{ subject }} ({{ state }})",
+}
+KIND_HEADLINE_TEMPLATES = {
+    "group": "{{ icon }} *{{ title }}:* {{ subject }} · *{{ severity_upper }}*",
+    "blind": "{{ icon }} *{{ title }}* {{ subject }} · *{{ severity_upper }}*",
+}
+#: How long (UTF-16 units) a list of types may grow: in a headline, in the parent's body.
+SUBJECT_LIST_MAX = 600
+BODY_LIST_MAX = 1_300
 
 
 @dataclass(frozen=True)
@@ -120,15 +144,35 @@ def _buttons(view: IncidentView) -> ActionsBlock:
     )
 
 
+def slack_types(names: Sequence[str], limit: int) -> str:
+    """Doc types as shown in Slack (inline code, escaped), bounded, with the count of the
+    rest."""
+    return listed(names, slack_literal, limit)
+
+
+def slack_subject(view: IncidentView, limit: int = SUBJECT_LIST_MAX) -> str:
+    """What the incident is about, in mrkdwn: the doc type; a group's code and count; the
+    notice's count and types."""
+    if view.kind == "group":
+        return f"{slack_literal(view.code or '?')} across {len(view.members)} doc types"
+    if view.kind == "blind":
+        return f"{len(view.members)} doc types: {slack_types(member_types(view), limit)}"
+    return slack_literal(view.doc_type)
+
+
 def slack_variables(view: IncidentView, route: RouteInfo = NO_ROUTE) -> dict[str, Any]:
     """What the parent's templates are given: each value already safe in mrkdwn (untrusted
     text escaped, the doc type as inline code), so no template can let it format or notify."""
     w = view.window
     return {
+        "kind": view.kind,
+        "subject": slack_subject(view),
+        "doc_types": slack_types(member_types(view), BODY_LIST_MAX),
+        "doc_type_count": len(view.members),
         "doc_type": slack_literal(view.doc_type),
         "severity": view.severity,
         "severity_upper": view.severity.upper(),
-        "title": "Drift resolved" if view.state == "resolved" else "Drift alert",
+        "title": kind_title(view),
         "icon": _STATE_ICON[view.state],
         "state": "resolved" if view.state == "resolved" else "open",
         "state_phrase": state_phrase(view),
@@ -163,22 +207,15 @@ def slack_parent(
     """The incident's parent message, edited in place to show the current state; with
     ``buttons`` (a signing secret is set) an open one carries the incident's buttons; the
     route's owner and runbook in its context line."""
-    w = view.window
     variables = slack_variables(view, route)
+    if view.kind != "drift":  # the defaults of a group and the notice are their own
+        if text_template == DEFAULT_TEXT_TEMPLATE:
+            text_template = KIND_TEXT_TEMPLATES[view.kind]
+        if headline_template == DEFAULT_HEADLINE_TEMPLATE:
+            headline_template = KIND_HEADLINE_TEMPLATES[view.kind]
     head = render(headline_template, variables).strip() or variables["title"]
-    fields = [
-        f"*Mean drift*\n{w.mean_drift:.3f} (threshold {view.threshold:.3f})",
-        f"*Requests*\n{w.request_count} in {window_span(w)}",
-        f"*Peak mean drift*\n{view.peak_mean_drift:.3f}",
-        f"*State*\n{state_phrase(view)}",
-        f"*Compared with*\n{slack_escape(baseline_phrase(view))}",
-    ]
-    if (adapted := adapted_phrase(view, slack_literal)) is not None:
-        fields.append(f"*Resolution*\n{adapted}")
-    blocks: list[Block] = [
-        _section(truncate(head, SLACK_SECTION_MAX)),
-        SectionBlock(fields=[_mrkdwn(truncate(f, SLACK_FIELD_MAX)) for f in fields]),
-    ]
+    blocks: list[Block] = [_section(truncate(head, SLACK_SECTION_MAX))]
+    blocks += _parent_body(view)
     if view.reasons:
         blocks.append(_slack_reasons(view.reasons))
     context = [f"incident {slack_literal(incident_label(view.incident_id))}"]
@@ -202,8 +239,72 @@ def slack_parent(
     return SlackMessage(truncate(text, SLACK_TEXT_MAX), _wire(blocks))
 
 
+def _parent_body(view: IncidentView) -> list[Block]:
+    """The parent's blocks between the headline and the reasons, by kind."""
+    if view.kind == "group":
+        open_types, recovered = member_types(view, "open"), member_types(view, "recovered")
+        fields = [
+            f"*Fault*\n{slack_literal(view.code or '?')} (data quality)",
+            f"*Doc types*\n{len(open_types)} open, {len(recovered)} recovered",
+            f"*State*\n{state_phrase(view)}",
+        ]
+        lines = [
+            f"*{name}* ({len(types)}): {slack_types(types, BODY_LIST_MAX)}"
+            for name, types in (("Open", open_types), ("Recovered", recovered))
+            if types
+        ]
+        return [_fields(fields), _section(truncate("\n".join(lines), SLACK_SECTION_MAX))]
+    if view.kind == "blind":
+        fields = [
+            f"*Signal*\n{slack_escape(signal_words(view.signals))}",
+            f"*Doc types*\n{len(view.members)} blind",
+            f"*State*\n{state_phrase(view)}",
+            "*What to check*\n" + "\n".join(f"• {c}" for c in BLIND_CHECKS),
+        ]
+        blocks: list[Block] = [_fields(fields)]
+        if lines := _blind_lines(view):
+            blocks.append(_section(truncate("\n".join(lines), SLACK_SECTION_MAX)))
+        return blocks
+    w = view.window
+    fields = [
+        f"*Mean drift*\n{w.mean_drift:.3f} (threshold {view.threshold:.3f})",
+        f"*Requests*\n{w.request_count} in {window_span(w)}",
+        f"*Peak mean drift*\n{view.peak_mean_drift:.3f}",
+        f"*State*\n{state_phrase(view)}",
+        f"*Compared with*\n{slack_escape(baseline_phrase(view))}",
+    ]
+    if (adapted := adapted_phrase(view, slack_literal)) is not None:
+        fields.append(f"*Resolution*\n{adapted}")
+    return [_fields(fields)]
+
+
+def _blind_lines(view: IncidentView) -> list[str]:
+    """The notice's blind types, by the signal blinding them."""
+    by_signal: dict[str, list[str]] = {}
+    for doc, signal in view.members:
+        by_signal.setdefault(signal, []).append(doc)
+    limit = (SLACK_SECTION_MAX - 200) // max(len(by_signal), 1)
+    return [
+        f"*{slack_escape(signal_words([signal]))}* ({len(types)}): {slack_types(types, limit)}"
+        for signal, types in by_signal.items()
+    ]
+
+
+def _fields(fields: Sequence[str]) -> SectionBlock:
+    return SectionBlock(fields=[_mrkdwn(truncate(f, SLACK_FIELD_MAX)) for f in fields])
+
+
+def _change_note(view: IncidentView) -> str | None:
+    """A group's latest change (``joined: <type>``), escaped; None when it has none."""
+    note = next((r.message for r in view.reasons if r.code == "group_change"), None)
+    return slack_escape(truncate(note, 300)) if note else None
+
+
 def slack_update(view: IncidentView) -> SlackMessage:
-    """A thread reply with the latest window."""
+    """A thread reply with the latest window (a group: its change; the notice: what is
+    blind now)."""
+    if view.kind != "drift":
+        return _kind_update(view)
     w = view.window
     line = (
         f":chart_with_upwards_trend: {window_span(w)}: mean drift *{w.mean_drift:.3f}* "
@@ -219,6 +320,28 @@ def slack_update(view: IncidentView) -> SlackMessage:
     return SlackMessage(text, _wire(blocks))
 
 
+def _kind_update(view: IncidentView) -> SlackMessage:
+    severity = f"severity *{view.severity.upper()}*"
+    if view.kind == "group":
+        open_types, recovered = member_types(view, "open"), member_types(view, "recovered")
+        counts = f"{len(open_types)} open, {len(recovered)} recovered"
+        line = (
+            f":arrows_counterclockwise: *Data-quality fault* {slack_subject(view)}: "
+            f"{counts} · {severity}"
+        )
+        text = f"Update {slack_subject(view)}: {_change_note(view) or counts}"
+    else:
+        line = (
+            f":warning: *Still blind* to {slack_subject(view)} · signal "
+            f"{slack_escape(signal_words(view.signals))} · {severity}"
+        )
+        text = f"Update: anchorwatch cannot see {slack_subject(view, 300)}"
+    blocks: list[Block] = [_section(truncate(line, SLACK_SECTION_MAX))]
+    if view.reasons:
+        blocks.append(_slack_reasons(view.reasons))
+    return SlackMessage(truncate(text, SLACK_TEXT_MAX), _wire(blocks))
+
+
 def slack_acknowledged(view: IncidentView) -> SlackMessage:
     """The thread reply saying who acknowledged it (``view.acked_by``)."""
     who = slack_mention(view.acked_by or "?")
@@ -232,6 +355,21 @@ def slack_acknowledged(view: IncidentView) -> SlackMessage:
 def slack_resolved(view: IncidentView) -> SlackMessage:
     w = view.window
     end = view.resolved_at_ms if view.resolved_at_ms is not None else w.window_end_ms
+    if view.kind == "group":
+        line = (
+            f":white_check_mark: *Resolved* after {duration(end - view.opened_at_ms)}: every "
+            f"doc type of the data-quality fault {slack_subject(view)} recovered."
+        )
+        text = f"Resolved: data-quality fault {slack_subject(view)}"
+        return SlackMessage(text, _wire([_section(truncate(line, SLACK_SECTION_MAX))]))
+    if view.kind == "blind":
+        line = (
+            f":white_check_mark: *Resolved* after {duration(end - view.opened_at_ms)}: "
+            f"anchorwatch sees again {slack_subject(view)} (verdicts arrive again for them, "
+            "or they stopped arriving)."
+        )
+        text = f"Resolved: anchorwatch sees {len(view.members)} doc types again"
+        return SlackMessage(text, _wire([_section(truncate(line, SLACK_SECTION_MAX))]))
     line = (
         f":white_check_mark: *Resolved* after {duration(end - view.opened_at_ms)}: mean drift "
         f"back to {w.mean_drift:.3f} (threshold {view.threshold:.3f}) in {window_span(w)}. "

@@ -121,9 +121,10 @@ class SlackSender(Sender):
         return SlackRef(entry.refs.slack_channel, entry.refs.slack_ts)
 
     def _chart(self, entry: OutboxEntry, note: Note) -> tuple[SlackRef, str] | None:
-        """Where the entry's chart goes and its file name (None: no windows to draw)."""
+        """Where the entry's chart goes and its file name (None: no windows to draw, or not
+        a drift incident: a group or the watchdog's notice has no drift chart)."""
         points = self._notifier.chart_points(note.history)
-        if not points:
+        if not points or note.view.kind != "drift":
             return None
         label = incident_label(note.view.incident_id)
         return self._ref(entry), chart_filename(label, points, entry.seq)

@@ -30,7 +30,9 @@ def _notices(slack: LocalSlackWithHistory) -> list[dict[str, Any]]:
     return [
         m
         for m in slack.messages
-        if not m.get("thread_ts") and m.get("subtype") is None and "cannot see" in m["text"]
+        if not m.get("thread_ts")
+        and m.get("subtype") is None
+        and ("cannot see" in m["text"] or "sees again" in m["text"])
     ]
 
 
@@ -127,7 +129,8 @@ def _stop_then_restart(
         wait_until(resolved, 60, "the notice resolved in its thread")
         assert len(_notices(slack)) == 1
         parent = next(m for m in slack.messages if m["ts"] == ts)
-        assert "Drift resolved" in parent["text"]  # edited in place
+        assert parent["text"].startswith("[CRITICAL] anchorwatch sees again")  # edited in place
+        assert "Drift" not in parent["text"]
         assert _checks(service, "seeing") > 0
     finally:
         service.stop()

@@ -19,6 +19,7 @@ from anchorwatch.alerting.grouping import (
     quality_code,
     with_member,
 )
+from anchorwatch.alerting.integrations.slack.render import slack_parent
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.store import FILENAME, IncidentRow, Store
 from anchorwatch.contracts import Reason
@@ -89,12 +90,22 @@ def test_a_group_resolves_with_its_last_member_and_takes_the_worst_severity() ->
 
 def test_the_group_message_lists_a_bounded_number_of_types_and_counts_them_all() -> None:
     members = [_row(f"type_{i:03d}_{'x' * 30}", T0) for i in range(200)]
-    view = group_view(new_group("zero_anchors", members, T0), "opened", None, "200 doc types")
-    listing = next(r for r in view.reasons if r.code == "zero_anchors")
-    assert listing.message.startswith("200 doc types: type_000")
-    assert listing.message.endswith("more)")
-    assert len(listing.message) <= 300  # what Slack shows of a reason
+    group = with_member(new_group("zero_anchors", members, T0), members[5], "resolved", T0)
+    view = group_view(group, "opened", None, "200 doc types: zero_anchors")
+    assert view.kind == "group"
+    assert view.code == "zero_anchors"
     assert view.doc_type == "zero_anchors: 200 doc types"
+    assert len(view.members) == 200
+    assert view.members[0] == (members[0].doc_type, "open")
+    assert view.members[5] == (members[5].doc_type, "recovered")
+    assert [r.code for r in view.reasons] == ["group_change"]  # the types are not reasons
+    # What Slack shows of them: bounded, counted.
+    (listing,) = [b["text"]["text"] for b in slack_parent(view).blocks if "*Open* (199)" in str(b)]
+    assert len(listing) <= 3_000
+    assert listing.startswith(f"*Open* (199): `{members[0].doc_type}`")
+    shown = listing.split("\n")[0].count("`") // 2
+    assert listing.split("\n")[0].endswith(f" (+{199 - shown} more)")
+    assert f"*Recovered* (1): `{members[5].doc_type}`" in listing
 
 
 def test_grouping_settings_refuse_bad_values_naming_the_field() -> None:

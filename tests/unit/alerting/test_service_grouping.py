@@ -146,10 +146,17 @@ def test_six_types_with_the_same_diagnosis_get_one_thread_and_one_ticket(
     label = incident_label(group.incident_id)
     assert parents_by_label(posted(slack)) == {label: 1}
     (parent,) = [m for m in posted(slack) if not m["thread_ts"]]
-    assert all(doc in _text(parent) for doc in TYPES)
-    assert "6 doc types" in _text(parent)
+    assert all(f"`{doc}`" in _text(parent) for doc in TYPES)
+    # A data-quality fault, not a drift alert of one doc type: no drift figures.
+    assert parent["text"] == (
+        "[WARNING] Data-quality fault: `snapshot_disabled` across 6 doc types (open)"
+    )
+    assert "mean drift" not in _text(parent).lower()
     (ticket,) = issues(jira)
     assert label in ticket["fields"]["labels"]
+    assert ticket["fields"]["summary"] == (
+        "[URGENT] Data-quality fault: snapshot_disabled across 6 doc types"
+    )
     assert all(jira_escape(doc) in ticket["fields"]["description"] for doc in TYPES)
     members = _by_type(h)
     assert {r.group_id for r in members.values()} == {group.incident_id}

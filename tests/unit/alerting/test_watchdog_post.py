@@ -1,25 +1,42 @@
 """The watchdog's notice through the service's outbox (without Kafka: the harness of
 tests/support/alerting_harness.py with the real Slack and Jira clients against the local
-servers, and the probe's samples made by hand): posted once, updated in its thread, kept
-across a restart without a second post, resolved when verdicts come back."""
+servers, and the probe's samples made by hand): posted once as a notice (not as a drift
+alert), updated in its thread, kept across a restart without a second post, listed open
+while open, acknowledged from Slack, resolved when verdicts come back."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
+from urllib.parse import urlencode
 
 import orjson
+import pytest
+from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
 
 from anchorwatch.alerting.fakes.jira import LocalJira
+from anchorwatch.alerting.fakes.slack_interactions import signed_headers
+from anchorwatch.alerting.integrations.slack.render import ACK
 from anchorwatch.alerting.notify import ManualClock
 from anchorwatch.alerting.render import incident_label
-from anchorwatch.alerting.watchdog_post import META_KEY, WATCHDOG_DOC_TYPE, headline
+from anchorwatch.alerting.slack_actions import SlackInteractions
+from anchorwatch.alerting.watchdog_post import (
+    META_KEY,
+    WATCHDOG_DOC_TYPE,
+    NoticePoster,
+    headline,
+)
 from anchorwatch.alerting.watchdog_probe import Sample
 from anchorwatch.alerting.watchdog_run import WatchdogRunner
+from anchorwatch.cli.alerting import alerting
 from tests.support.alerting import LocalSlackWithHistory, parents_by_label, slack_threads, verdict
 from tests.support.alerting_harness import Harness, issues, posted, settings_for
 
 TYPES = {"invoice": 0, "receipt": 1}
+INTEGRATIONS = ["slack", "jira", "events"]
 
 
 class Feed:
@@ -36,22 +53,32 @@ class Feed:
 
 
 class World:
-    def __init__(self, h: Harness) -> None:
+    """The watchdog on the harness's engine; with ``follow`` its poster hands the notice's
+    rows to the engine (``NoticePoster(follow=...)``, which the runner does not pass yet)."""
+
+    def __init__(self, h: Harness, *, follow: bool = False) -> None:
         self.h = h
+        self.follow = follow
         self.feed = Feed()
         self.minute = 0
         self.registry = CollectorRegistry()
         self.runner = self._runner()
 
     def _runner(self) -> WatchdogRunner:
-        return WatchdogRunner(
+        runner = WatchdogRunner(
             self.h.settings,
             self.h.engine,
-            ["slack", "jira", "events"],
+            INTEGRATIONS,
             self.registry,
             clock=self.h.clock,
             probe=self.feed,
         )
+        if self.follow:
+            h = self.h
+            runner.poster = NoticePoster(
+                h.settings, h.store, INTEGRATIONS, clock_ms=h.clock.ms, follow=h.engine._keep
+            )
+        return runner
 
     def restart(self) -> None:
         self.h.restart()
@@ -74,8 +101,22 @@ class World:
         return self.registry.get_sample_value(name, labels) or 0.0
 
 
+def _listed(h: Harness) -> dict[str, str]:
+    """The notice as ``alerting incidents --all --json`` lists it: doc type, state."""
+    state = str(h.settings.alerting.state_dir)
+    out = CliRunner().invoke(alerting, ["incidents", "--all", "--json", "--state-dir", state])
+    assert out.exit_code == 0, out.output
+    rows = [orjson.loads(line) for line in out.output.splitlines()]
+    return {r["doc_type"]: r["state"] for r in rows if r["rule"] == "watchdog"}
+
+
 def _notices(slack: LocalSlackWithHistory) -> list[dict[str, object]]:
-    return [m for m in posted(slack) if not m["thread_ts"] and "cannot see" in str(m["text"])]
+    """The notice's parent messages (as posted, or edited once resolved)."""
+    return [
+        m
+        for m in posted(slack)
+        if not m["thread_ts"] and re.search("cannot see|sees again", str(m["text"]))
+    ]
 
 
 def test_the_notice_is_posted_once_survives_a_restart_and_resolves(
@@ -91,15 +132,25 @@ def test_the_notice_is_posted_once_survives_a_restart_and_resolves(
     w.run(180, judged=False)
     notices = _notices(slack)
     assert len(notices) == 1
-    assert "`anchorwatch cannot see doc types invoice, receipt`" in str(notices[0]["text"])
-    assert "no_verdicts" in orjson.dumps(notices[0]["blocks"]).decode()
+    text, blocks = str(notices[0]["text"]), orjson.dumps(notices[0]["blocks"]).decode()
+    assert text == "[CRITICAL] anchorwatch cannot see 2 doc types: `invoice`, `receipt` (open)"
+    assert "no_verdicts" in blocks
+    assert "no verdicts" in blocks
+    assert "consumer group's lag" in blocks
+    assert "Drift" not in text + blocks
+    assert "mean drift" not in (text + blocks).lower()
     assert w.value("anchorwatch_alerting_blind_doc_types") == 2
     assert w.value("anchorwatch_alerting_watchdog_notices_total", kind="opened") == 1
     label = incident_label(orjson.loads(h.store.meta_get(META_KEY) or "{}")["incident_id"])
     tickets = [i for i in issues(jira) if label in i["fields"]["labels"]]
     assert len(tickets) == 1
+    assert tickets[0]["fields"]["summary"] == (
+        "[URGENT] anchorwatch cannot see 2 doc types: invoice, receipt"
+    )
+    assert "Drift alert" not in tickets[0]["fields"]["description"]
     alerts = [e for e in h.events.sent if e["doc_type"] == WATCHDOG_DOC_TYPE]
     assert [e["event_type"] for e in alerts] == ["ANCHOR_DRIFT_ALERT"]
+    assert _listed(h) == {WATCHDOG_DOC_TYPE: "open"}
 
     # A restart while blind: the notice is neither posted again nor forgotten.
     w.restart()
@@ -107,6 +158,7 @@ def test_the_notice_is_posted_once_survives_a_restart_and_resolves(
     assert len(_notices(slack)) == 1
     assert parents_by_label(posted(slack))[label] == 1
     assert w.value("anchorwatch_alerting_watchdog_notices_total", kind="opened") == 0
+    assert _listed(h) == {WATCHDOG_DOC_TYPE: "open"}  # not closed by the engine's restart
 
     # Verdicts return: resolved, in the same thread and ticket.
     w.run(120, judged=True)
@@ -114,7 +166,10 @@ def test_the_notice_is_posted_once_survives_a_restart_and_resolves(
     thread = slack_threads(posted(slack)).get(str(notices[0]["ts"]), [])
     assert [str(m["text"]).split(":")[0] for m in thread] == ["Resolved"]
     parent = next(m for m in slack.messages if m["ts"] == notices[0]["ts"])
-    assert str(parent["text"]).startswith("[CRITICAL] Drift resolved")
+    assert parent["text"] == (
+        "[CRITICAL] anchorwatch sees again 2 doc types: `invoice`, `receipt` (resolved)"
+    )
+    assert _listed(h) == {WATCHDOG_DOC_TYPE: "resolved"}
     tickets = [i for i in issues(jira) if label in i["fields"]["labels"]]
     assert tickets[0]["fields"]["status"]["name"] == "Done"
     alerts = [e for e in h.events.sent if e["doc_type"] == WATCHDOG_DOC_TYPE]
@@ -144,7 +199,7 @@ def test_a_type_joining_is_an_update_in_the_same_thread(
     assert len(replies) == 1
     assert str(replies[0]["text"]).startswith("Update")
     parent = next(m for m in slack.messages if m["ts"] == notices[0]["ts"])
-    assert "invoice, late_type" in str(parent["text"])  # edited in place
+    assert "2 doc types: `invoice`, `late_type`" in str(parent["text"])  # edited in place
 
 
 def test_the_headline_is_bounded_and_counts_the_rest() -> None:
@@ -157,3 +212,123 @@ def test_the_headline_is_bounded_and_counts_the_rest() -> None:
     assert headline(many[:25], 3).endswith("type_0002 (+22 more)")
     assert len(headline(["x" * 400, "y" * 400], 20)) <= 200
     assert headline(["a\u202eb"], 20) == "anchorwatch cannot see doc types a\ufffdb"
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_the_open_notice_is_acknowledged_from_slack_and_still_resolves(
+    tmp_path: Path,
+    slack: LocalSlackWithHistory,
+    jira: LocalJira,
+    clock: ManualClock,
+    restart: bool,
+) -> None:
+    """The engine applies an acknowledgement of the notice it holds from the poster."""
+    h = _signed_harness(tmp_path, slack, jira, clock)
+    w = World(h, follow=True)
+    w.run(180, judged=False)
+    (notice,) = _notices(slack)
+    incident_id = str(orjson.loads(h.store.meta_get(META_KEY) or "{}")["incident_id"])
+    assert _buttons(notice)[0] == ACK
+    if restart:  # the poster hands the engine the open row it finds at the start
+        w.restart()
+        w.run(60, judged=False)
+
+    assert _click(h, incident_id) == (200, {"ok": True, "text": "acknowledged by <@U0ANA>"})
+    assert h.engine.apply_acks(h.clock.ms()) == 1
+    h.drain()
+    replies = slack_threads(posted(slack))[str(notice["ts"])]
+    assert [m["text"] for m in replies] == ["Acknowledged by <@U0ANA>"]
+    parent = next(m for m in slack.messages if m["ts"] == notice["ts"])
+    assert str(parent["text"]).startswith("[CRITICAL] anchorwatch cannot see 2 doc types")
+    assert "Acknowledged by <@U0ANA>" in orjson.dumps(parent["blocks"]).decode()
+    assert ACK not in _buttons(parent)
+    (ticket,) = issues(jira)
+    assert ticket["comments"][-1].startswith("Acknowledged by ana (Slack user U0ANA)")
+    row = h.store.incident(incident_id)
+    assert row is not None
+    assert (row.state, row.acked_by) == ("open", "U0ANA")
+
+    # A type joins, then sight returns: posted after the acknowledgement's entries, the
+    # acknowledgement kept on the row and on the parent.
+    w.feed.arriving = {**TYPES, "late_type": 0}
+    w.run(120, judged=False)
+    w.feed.arriving = dict(TYPES)  # late_type stops arriving: forgotten after 15 min
+    w.run(1_000, judged=True)
+    entries = h.store.outbox_rows(incident_id)
+    assert all(r["status"] == "done" for r in entries)
+    seqs = sorted({(r["seq"], r["kind"]) for r in entries})
+    kinds = [k for _, k in seqs]  # each seq once: no entry of the notice overwrote another
+    assert len({q for q, _ in seqs}) == len(seqs)
+    assert kinds[:2] == ["opened", "acknowledged"]
+    assert kinds[-1] == "resolved"
+    assert set(kinds[2:-1]) == {"updated"}  # late_type joined (and left)
+    replies = slack_threads(posted(slack))[str(notice["ts"])]
+    firsts = [str(m["text"]).split(" ")[0] for m in replies]
+    assert firsts[0] == "Acknowledged"
+    assert firsts[-1] == "Resolved:"
+    assert set(firsts[1:-1]) == {"Update:"}
+    parent = next(m for m in slack.messages if m["ts"] == notice["ts"])
+    assert "Acknowledged by <@U0ANA>" in orjson.dumps(parent["blocks"]).decode()
+    row = h.store.incident(incident_id)
+    assert row is not None
+    assert (row.state, row.acked_by) == ("resolved", "U0ANA")
+    assert _click(h, incident_id)[0] == 409  # resolved: nothing to acknowledge
+
+
+@pytest.mark.parametrize("follow", [True, False])
+def test_an_acknowledgement_the_engine_cannot_apply_does_nothing(
+    tmp_path: Path,
+    slack: LocalSlackWithHistory,
+    jira: LocalJira,
+    clock: ManualClock,
+    follow: bool,
+) -> None:
+    """Pending when the notice resolves; or, without ``follow`` (the runner today), never
+    held by the engine: dropped, nothing posted, nothing broken."""
+    h = _signed_harness(tmp_path, slack, jira, clock)
+    w = World(h, follow=follow)
+    w.run(180, judged=False)
+    incident_id = str(orjson.loads(h.store.meta_get(META_KEY) or "{}")["incident_id"])
+    w.restart()
+    assert _click(h, incident_id)[0] == 200
+    if not follow:
+        assert h.engine.apply_acks(h.clock.ms()) == 0
+        assert h.store.incident(incident_id).state == "open"  # type: ignore[union-attr]
+    w.run(300, judged=True)  # resolved: a click still pending is closed with it
+    assert h.engine.apply_acks(h.clock.ms()) == 0
+    row = h.store.incident(incident_id)
+    assert row is not None
+    assert (row.state, row.acked_by) == ("resolved", None)
+    assert "acknowledged" not in {r["kind"] for r in h.store.outbox_rows(incident_id)}
+
+
+SECRET = "local-signing-secret-0123456789"
+
+
+def _signed_harness(
+    tmp_path: Path, slack: LocalSlackWithHistory, jira: LocalJira, clock: ManualClock
+) -> Harness:
+    settings = settings_for(tmp_path, slack, jira)
+    signed = settings.slack.model_copy(update={"signing_secret": SecretStr(SECRET)})
+    return Harness(settings.model_copy(update={"slack": signed}), clock)
+
+
+def _buttons(message: dict[str, object]) -> list[str]:
+    blocks = message["blocks"]
+    assert isinstance(blocks, list)
+    return [e["action_id"] for b in blocks if b["type"] == "actions" for e in b["elements"]]
+
+
+def _click(h: Harness, incident_id: str) -> tuple[int, dict[str, object]]:
+    """The Acknowledge button, clicked by ana, signed as Slack signs it."""
+    h.clock.now += 1
+    payload = {
+        "type": "block_actions",
+        "user": {"id": "U0ANA", "username": "ana", "team_id": "T0LOCAL"},
+        "actions": [{"type": "button", "action_id": ACK, "value": incident_id}],
+    }
+    body = urlencode({"payload": json.dumps(payload)})
+    handler = SlackInteractions(h.settings.alerting.state_dir, SECRET, clock=h.clock)
+    headers = {k.lower(): v for k, v in signed_headers(SECRET, body, int(h.clock())).items()}
+    status, _, answer = handler.handle("POST", "/slack/interactions", headers, body.encode())
+    return status, orjson.loads(answer)
