@@ -26,7 +26,6 @@ from anchorwatch.alerting.slack_actions import SlackInteractions
 from anchorwatch.alerting.watchdog_post import (
     META_KEY,
     WATCHDOG_DOC_TYPE,
-    NoticePoster,
     headline,
 )
 from anchorwatch.alerting.watchdog_probe import Sample
@@ -53,19 +52,18 @@ class Feed:
 
 
 class World:
-    """The watchdog on the harness's engine; with ``follow`` its poster hands the notice's
-    rows to the engine (``NoticePoster(follow=...)``, which the runner does not pass yet)."""
+    """The watchdog on the harness's engine, as the service runs it: its poster hands the
+    notice's rows to the engine (``NoticePoster(follow=...)``)."""
 
-    def __init__(self, h: Harness, *, follow: bool = False) -> None:
+    def __init__(self, h: Harness) -> None:
         self.h = h
-        self.follow = follow
         self.feed = Feed()
         self.minute = 0
         self.registry = CollectorRegistry()
         self.runner = self._runner()
 
     def _runner(self) -> WatchdogRunner:
-        runner = WatchdogRunner(
+        return WatchdogRunner(
             self.h.settings,
             self.h.engine,
             INTEGRATIONS,
@@ -73,12 +71,6 @@ class World:
             clock=self.h.clock,
             probe=self.feed,
         )
-        if self.follow:
-            h = self.h
-            runner.poster = NoticePoster(
-                h.settings, h.store, INTEGRATIONS, clock_ms=h.clock.ms, follow=h.engine._keep
-            )
-        return runner
 
     def restart(self) -> None:
         self.h.restart()
@@ -224,7 +216,7 @@ def test_the_open_notice_is_acknowledged_from_slack_and_still_resolves(
 ) -> None:
     """The engine applies an acknowledgement of the notice it holds from the poster."""
     h = _signed_harness(tmp_path, slack, jira, clock)
-    w = World(h, follow=True)
+    w = World(h)
     w.run(180, judged=False)
     (notice,) = _notices(slack)
     incident_id = str(orjson.loads(h.store.meta_get(META_KEY) or "{}")["incident_id"])
@@ -275,25 +267,20 @@ def test_the_open_notice_is_acknowledged_from_slack_and_still_resolves(
     assert _click(h, incident_id)[0] == 409  # resolved: nothing to acknowledge
 
 
-@pytest.mark.parametrize("follow", [True, False])
-def test_an_acknowledgement_the_engine_cannot_apply_does_nothing(
+def test_an_acknowledgement_pending_when_the_notice_resolves_does_nothing(
     tmp_path: Path,
     slack: LocalSlackWithHistory,
     jira: LocalJira,
     clock: ManualClock,
-    follow: bool,
 ) -> None:
-    """Pending when the notice resolves; or, without ``follow`` (the runner today), never
-    held by the engine: dropped, nothing posted, nothing broken."""
+    """A click recorded, then the notice resolves before the engine applies it: closed with
+    it, nothing posted, nothing broken."""
     h = _signed_harness(tmp_path, slack, jira, clock)
-    w = World(h, follow=follow)
+    w = World(h)
     w.run(180, judged=False)
     incident_id = str(orjson.loads(h.store.meta_get(META_KEY) or "{}")["incident_id"])
     w.restart()
     assert _click(h, incident_id)[0] == 200
-    if not follow:
-        assert h.engine.apply_acks(h.clock.ms()) == 0
-        assert h.store.incident(incident_id).state == "open"  # type: ignore[union-attr]
     w.run(300, judged=True)  # resolved: a click still pending is closed with it
     assert h.engine.apply_acks(h.clock.ms()) == 0
     row = h.store.incident(incident_id)
