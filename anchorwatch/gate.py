@@ -25,7 +25,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from anchorwatch.contracts import VersionedSnapshotEvent, encode
+from anchorwatch.contracts import SnapshotEvent, encode
 from anchorwatch.contracts.models import ModelVersion
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.gate_stats import Interval, Sample, welch_interval
@@ -82,7 +82,7 @@ class RunTally:
     ignored: Counter[str | None] = field(default_factory=Counter)
     _seen: dict[str, _Seen] = field(default_factory=dict)
 
-    def add(self, event: VersionedSnapshotEvent) -> None:
+    def add(self, event: SnapshotEvent) -> None:
         cfg = self.config
         judged = event.model is not None and event.model in (cfg.candidate, cfg.against)
         if not judged:

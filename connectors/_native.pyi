@@ -16,6 +16,7 @@ class SnapshotReader:
         measurement_locations: list[str],
         request_id_locations: list[str],
         accepted: type[Accepted],
+        model_from: str,
     ) -> None: ...
     def kong(
         self, body: bytes, source: str, earliest_ms: int, latest_ms: int

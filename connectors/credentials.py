@@ -7,7 +7,12 @@ The file is JSON, written by ``anchorwatch ingest credentials`` (atomically, mod
         "rate": {"per_s": 50, "burst": 100, "unit": "requests"},
         "expires": "2027-01-01T00:00:00Z",
         "secrets": [{"id": "3f9a0c1d", "sha256": "<64 hex>", "created": "...",
-                     "expires": null}]}}}
+                     "expires": null}],
+        "client_cert_cn": "kong-eu.gateways.example.com"}}}
+
+``client_cert_cn`` (optional, set by editing the file): with mutual TLS
+(``ingest.tls_client_ca_file``) a connection whose verified client certificate has that
+subject CN writes as the gateway without a bearer token, scoped and limited the same way.
 
 Secrets are kept as SHA-256 digests only. The tool makes each token from 32 random bytes,
 so a plain digest is enough: nobody can guess such a token, hashed slowly or not (a slow
@@ -52,6 +57,7 @@ _PATTERN_CHARS: Final = re.compile(r"[*?\[]")
 
 GatewayName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$", strict=True)]
 SecretId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]{4,32}$", strict=True)]
+ClientCertCn = Annotated[str, StringConstraints(min_length=1, max_length=64, strict=True)]
 DocTypePattern = Annotated[str, StringConstraints(min_length=1, max_length=200, strict=True)]
 
 
@@ -85,6 +91,12 @@ class GatewayEntry(_Strict):
     rate: RateLimit | None = Field(None, description="None: no limit of its own.")
     expires: datetime | None = Field(None, description="All its secrets refused from then on.")
     secrets: list[SecretEntry] = Field(default_factory=list)
+    client_cert_cn: ClientCertCn | None = Field(
+        None,
+        description="The subject CN of the gateway's client certificate: with mutual TLS "
+        "(ingest.tls_client_ca_file) a request on a connection with that certificate and "
+        "no bearer token writes as this gateway. None: by its secrets only.",
+    )
 
 
 class CredentialsFile(_Strict):
@@ -134,10 +146,20 @@ class Gateway:
 
 @dataclass(frozen=True)
 class Credentials:
-    """Token digest -> (gateway, the secret's own expiry, epoch s)."""
+    """Token digest -> (gateway, the secret's own expiry, epoch s); client certificate
+    subject CN -> gateway."""
 
     by_digest: dict[bytes, tuple[Gateway, float | None]] = field(default_factory=dict)
     gateways: dict[str, Gateway] = field(default_factory=dict)
+    by_cn: dict[str, Gateway] = field(default_factory=dict)
+
+    def identify_cn(self, cn: str, now_s: float) -> Gateway | Literal["unknown", "expired"]:
+        """The gateway whose ``client_cert_cn`` is ``cn`` (a certificate the TLS layer has
+        already verified against ingest.tls_client_ca_file)."""
+        gateway = self.by_cn.get(cn)
+        if gateway is None:
+            return "unknown"
+        return "expired" if _past(gateway.expires_s, now_s) else gateway
 
     def identify(self, token: bytes, now_s: float) -> Gateway | Literal["unknown", "expired"]:
         found = self.by_digest.get(hashlib.sha256(token).digest())
@@ -185,6 +207,7 @@ def build(file: CredentialsFile, path: Path) -> Credentials:
     """The service's view of ``file``: every secret's digest to its gateway."""
     by_digest: dict[bytes, tuple[Gateway, float | None]] = {}
     gateways: dict[str, Gateway] = {}
+    by_cn: dict[str, Gateway] = {}
     for name, entry in file.gateways.items():
         if name == LEGACY_GATEWAY:
             raise CredentialsError(
@@ -193,6 +216,13 @@ def build(file: CredentialsFile, path: Path) -> Credentials:
             )
         gateway = Gateway(name, name, Scope(entry.doc_types), entry.rate, _epoch(entry.expires))
         gateways[name] = gateway
+        if entry.client_cert_cn is not None:
+            if entry.client_cert_cn in by_cn:
+                raise CredentialsError(
+                    f"{_SETTING}: {path}: gateways.{name}.client_cert_cn: the same as gateway "
+                    f"{by_cn[entry.client_cert_cn].name}'s"
+                )
+            by_cn[entry.client_cert_cn] = gateway
         for secret in entry.secrets:
             digest = bytes.fromhex(secret.sha256)
             if digest in by_digest:
@@ -201,7 +231,7 @@ def build(file: CredentialsFile, path: Path) -> Credentials:
                     f"secret as gateway {by_digest[digest][0].name}'s"
                 )
             by_digest[digest] = (gateway, _epoch(secret.expires))
-    return Credentials(by_digest, gateways)
+    return Credentials(by_digest, gateways, by_cn)
 
 
 def load(path: Path) -> Credentials:

@@ -2,10 +2,11 @@
 
 ``Gate`` answers, per request, which gateway its bearer token belongs to (a secret from
 ``ingest.credentials_file``, the legacy ``ingest.auth_token`` as gateway ``default``, or
-anyone with ``insecure_no_auth``), whether that gateway is past its own rate limit (429
-with ``Retry-After``, before the body is read), and which of its events are outside its doc
-types (dead letters naming the gateway and the doc type). It keeps the credentials file
-fresh: a task checks it every ``ingest.credentials_poll_s``.
+anyone with ``insecure_no_auth``) or, without a token, its client certificate names (the
+subject CN a gateway's ``client_cert_cn`` gives, with mutual TLS), whether that gateway
+is past its own rate limit (429 with ``Retry-After``, before the body is read), and which of
+its events are outside its doc types (dead letters naming the gateway and the doc type). It
+keeps the credentials file fresh: a task checks it every ``ingest.credentials_poll_s``.
 """
 
 from __future__ import annotations
@@ -64,6 +65,20 @@ def other_source(gateway: creds.Gateway, value: bytes) -> ContractError | None:
     )
 
 
+def client_cert_cn(request: web.Request) -> str | None:
+    """The subject CN of the connection's client certificate, once TLS has verified it
+    against ingest.tls_client_ca_file; None without TLS or without a certificate."""
+    transport = request.transport
+    cert = transport.get_extra_info("peercert") if transport is not None else None
+    if not cert:
+        return None
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
 class Gate:
     """One worker's view of the writers. Refuses to be built (SettingsError) with neither a
     token, credentials nor insecure_no_auth, and (CredentialsError) with a credentials file
@@ -98,9 +113,19 @@ class Gate:
     # ------------------------------------------------------------------ per request
 
     def identify(self, request: web.Request) -> creds.Gateway | None:
-        """The gateway the request's bearer token belongs to; None: refuse it (401)."""
+        """The gateway the request's bearer token belongs to, or without a token the one
+        whose ``client_cert_cn`` its client certificate names (mutual TLS); None: refuse it
+        (401)."""
         if self.insecure:
             return self.legacy
+        if "Authorization" not in request.headers and self.credentials is not None:
+            cn = client_cert_cn(request)
+            if cn is not None:
+                by_cert = self.credentials.current.identify_cn(cn, time.time())
+                if isinstance(by_cert, str):
+                    self._metrics.unauthorized.labels(by_cert).inc()
+                    return None
+                return by_cert
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
         token = presented.strip().encode()
         if scheme.lower() != "bearer" or not token:

@@ -21,6 +21,10 @@ them when it batches. The snapshot travels in headers; how each field is found:
   not a request without anchors: accepting it would fake the "stuck at zero" signature).
 - ``event_time_ms``: ``started_at`` (epoch milliseconds, as Kong logs it), within the
   ingest's time window when one is given (``validation.TimeWindow``).
+- ``model``: per ``KongFormat.model_from``, ``model`` of the request body (when Kong logs
+  it as ``request.body``: an object, or its JSON text; a body that is not a JSON object has
+  none), a request header, or the route's or service's ``name``; absent: no model. A value
+  the contract refuses dead-letters the entry, its reason naming ``model``.
 - ``event_id``: the request-id header (default ``x-request-id``); without a usable one
   (absent, repeated with different values, or not a valid identifier: it is not a
   measurement, so it never costs the snapshot), Kong's own ``request.id`` (logged since Kong
@@ -77,6 +81,8 @@ class KongFormat:
     measurement_locations: tuple[str, ...] = ("response",)
     # Not a measurement: only an identity, with fallbacks when it is unusable.
     request_id_locations: tuple[str, ...] = ("request", "response")
+    # Where the model version comes from: request_body_model, header:<name>, route, service.
+    model_from: str = "request_body_model"
     # Headers whose values never reach the dead-letter topic (Kong itself redacts only
     # authorization and proxy-authorization).
     redact: frozenset[str] = frozenset(
@@ -161,6 +167,7 @@ def kong_record(
         event_id = None
     if event_id is None:
         id_path, event_id = _fallback_id(entry)
+    model_path, model = _model_of(entry, headers, fmt.model_from, problems)
     if problems:
         raise ContractError(RECORD, problems)
 
@@ -172,6 +179,7 @@ def kong_record(
         "anchor_count": anchor_count,
         "anchors": anchors or [],
         "source": source,
+        "model": model,
     }
     try:
         return snapshot_record(data, window)
@@ -184,7 +192,13 @@ def kong_record(
             "anchor_count": count_path,
             "anchors": log_path,
         }
-        raise ContractError(RECORD, [_renamed(p, paths) for p in error.problems]) from None
+        renamed = [
+            FieldProblem(model_path, f"model: {p.reason}")
+            if p.field == "model"
+            else _renamed(p, paths)
+            for p in error.problems
+        ]
+        raise ContractError(RECORD, renamed) from None
 
 
 def redacted(entry: Any, names: frozenset[str]) -> Any:
@@ -517,6 +531,30 @@ def _fallback_id(entry: Mapping[str, Any]) -> tuple[str, str]:
     if isinstance(kong_id, str) and kong_id.strip():
         return "request.id", kong_id.strip()
     return "$", fallback_event_id(entry)
+
+
+def _model_of(
+    entry: dict[str, Any], headers: _Headers, model_from: str, problems: list[FieldProblem]
+) -> tuple[str, str | None]:
+    """(path, model version or None) of an entry, from where ``model_from`` says."""
+    if model_from.startswith("header:"):
+        return headers.scalar(model_from.removeprefix("header:").lower(), ("request",))
+    if model_from == "request_body_model":
+        request = entry.get("request")
+        holder = request.get("body") if isinstance(request, dict) else None
+        if isinstance(holder, str):  # the body's text, as kong.request.get_raw_body() gives it
+            try:
+                holder = orjson.loads(holder)
+            except orjson.JSONDecodeError:
+                holder = None  # not JSON: no model
+        path, key = "request.body.model", "model"
+    else:  # route, service
+        holder, path, key = entry.get(model_from), f"{model_from}.name", "name"
+    value = holder.get(key) if isinstance(holder, dict) else None
+    if value is None or isinstance(value, str):
+        return path, value
+    problems.append(FieldProblem(path, f"model: expected a string, got {json_kind(value)}"))
+    return path, None
 
 
 def _renamed(problem: FieldProblem, paths: dict[str, str]) -> FieldProblem:

@@ -13,11 +13,12 @@ import time
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import annotated_types
 from confluent_kafka import KafkaError, Message, Producer
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from anchorwatch.connectors.validation import Accepted, summary_of
 from anchorwatch.contracts import (
@@ -60,14 +61,20 @@ def _worst(model: type[BaseModel]) -> BaseModel:
         args = typing.get_args(annotation)
         if type(None) in args:
             (annotation,) = (a for a in args if a is not type(None))
-        meta = {type(m): m for m in info.metadata}
+        metadata = list(info.metadata)
+        if typing.get_origin(annotation) is Annotated:  # `ModelVersion | None`: bounds inside
+            annotation, *inner = typing.get_args(annotation)
+            metadata += [
+                x for m in inner for x in (m.metadata if isinstance(m, FieldInfo) else [m])
+            ]
+        meta = {type(m): m for m in metadata}
         longest = meta.get(annotated_types.MaxLen)
         if annotation is str:
             if longest is None:
                 raise AnchorwatchError(f"{model.__name__}.{name}: unbounded text, no size limit")
             # Printable text: 4-byte UTF-8 at worst; other text: a control character, which
             # JSON writes as 6 bytes (\u0001).
-            printable = any(getattr(m, "pattern", None) == _PRINTABLE for m in info.metadata)
+            printable = any(getattr(m, "pattern", None) == _PRINTABLE for m in metadata)
             values[name] = ("\U0001f600" if printable else "\x01") * longest.max_length
         elif annotation is int:
             le, lt = meta.get(annotated_types.Le), meta.get(annotated_types.Lt)

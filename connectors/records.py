@@ -12,8 +12,9 @@ entry or line that does not fit the contract becomes a ``Rejected`` with the raw
 
 Accepted events come out validated and encoded (``validation``). Both formats first take a
 compiled fast path (``_native``, see ``validation``), which reads only what the mapping
-needs (for Kong, the snapshot headers in each configured location and ``started_at``; the
-rest of each entry is skipped unread). An entry or line it does not accept takes the
+needs (for Kong, the snapshot headers in each configured location, ``started_at`` and the
+model version where ``KongFormat.model_from`` says; the rest of each entry is skipped
+unread). An entry or line it does not accept takes the
 reference path (orjson, the pydantic contract), which accepts it or says exactly why not;
 so does a whole body that it cannot read. Both paths give the same answer, byte for byte
 (tests/unit/connectors/test_fastpath.py).
@@ -88,6 +89,7 @@ def _reader(fmt: KongFormat) -> SnapshotReader:
         list(fmt.measurement_locations),
         list(fmt.request_id_locations),
         Accepted,
+        fmt.model_from,
     )
 
 

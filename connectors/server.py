@@ -18,6 +18,11 @@ queue is full, a record was not acknowledged, the service is shutting down, the 
 memory leave no room (``ingest.max_bodies_bytes``) within ``ack_timeout_s``, or the worker
 already has ``ingest.max_connections`` connections open.
 
+With ``ingest.tls_cert_file`` and ``tls_key_file`` the service serves HTTPS only; with
+``tls_client_ca_file`` too, a client without a certificate chaining to that CA is refused at
+the TLS handshake, and a gateway may be identified by its certificate's subject CN
+(``client_cert_cn`` in the credentials file) instead of a bearer token.
+
 Writers need a bearer token: a gateway's secret from ``ingest.credentials_file`` (reread
 when it changes; the gateway's name becomes the events' source, its doc types and rate
 limit apply: ``credentials.py``) or the legacy shared token (``ingest.auth_token`` /
@@ -42,6 +47,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import ssl
 import tempfile
 import time
 from collections import Counter
@@ -77,9 +83,10 @@ from anchorwatch.connectors.records import (
     reason_label,
     reason_summary,
 )
-from anchorwatch.connectors.settings import IngestSettings
+from anchorwatch.connectors.settings import IngestOptions, IngestSettings
 from anchorwatch.connectors.validation import TimeWindow
 from anchorwatch.errors import AnchorwatchError
+from anchorwatch.settings import SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +108,7 @@ def kong_format(settings: IngestSettings) -> KongFormat:
         doc_type_locations=tuple(o.doc_type_header_locations),
         measurement_locations=tuple(o.measurement_header_locations),
         redact=frozenset(o.redact_headers),
+        model_from=o.model_from,
     )
 
 
@@ -108,6 +116,32 @@ def time_window(settings: IngestSettings, now_ms: int) -> TimeWindow:
     """The event times accepted at ``now_ms``."""
     o = settings.ingest
     return TimeWindow(now_ms, round(o.max_future_skew_s * 1000), round(o.max_event_age_s * 1000))
+
+
+def tls_context(options: IngestOptions) -> ssl.SSLContext | None:
+    """HTTPS with ``ingest.tls_cert_file`` and ``tls_key_file``; with ``tls_client_ca_file``
+    too, client certificates chaining to it are required at the handshake (mutual TLS).
+    None: plain HTTP. A file that does not load: SettingsError naming the setting."""
+    if options.tls_cert_file is None or options.tls_key_file is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(options.tls_cert_file, options.tls_key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise SettingsError(
+            f"ingest.tls_cert_file / tls_key_file: cannot load {options.tls_cert_file} with "
+            f"{options.tls_key_file}: {exc}"
+        ) from None
+    if options.tls_client_ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=options.tls_client_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise SettingsError(
+                f"ingest.tls_client_ca_file: cannot load {options.tls_client_ca_file}: {exc}"
+            ) from None
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def _json(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> web.Response:
@@ -189,7 +223,13 @@ class IngestService:
             logger=HttpLog(self._http_throttle, self.refused),
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, o.host, o.port, reuse_port=self._reuse_port or None)
+        site = web.TCPSite(
+            self._runner,
+            o.host,
+            o.port,
+            reuse_port=self._reuse_port or None,
+            ssl_context=tls_context(o),
+        )
         await site.start()
         address = self._runner.addresses[0]
         self.port = int(address[1])
@@ -207,6 +247,7 @@ class IngestService:
                 "host": o.host,
                 "port": self.port,
                 "auth": not self.gate.insecure,
+                "tls": "mutual" if o.tls_client_ca_file else bool(o.tls_cert_file),
                 "gateways": self.gate.gateways,
                 "snapshots_topic": self.settings.topics.snapshots,
                 "summaries_topic": self.settings.topics.summaries or None,
@@ -436,6 +477,7 @@ def serve(settings: IngestSettings, *, log_level: str = "INFO") -> None:
     settings.ingest.writer_token()
     if settings.ingest.credentials_file is not None:
         creds.load(settings.ingest.credentials_file)
+    tls_context(settings.ingest)  # certificates that do not load: refused here, once
     workers = settings.ingest.workers
     if workers == 1:
         asyncio.run(_run_until_signalled(settings, reuse_port=False))

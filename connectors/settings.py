@@ -67,6 +67,21 @@ class IngestOptions(Section):
         "the gateway's name as its source. Reread when it changes, without a restart. With "
         "auth_token(_file) too, both are accepted: the token as gateway `default`.",
     )
+    tls_cert_file: Path | None = Field(
+        None,
+        description="PEM certificate (chain) the service presents: set with tls_key_file, "
+        "it serves HTTPS only (every route, the probes included). Read at start.",
+    )
+    tls_key_file: Path | None = Field(
+        None, description="PEM private key of tls_cert_file (unencrypted). Read at start."
+    )
+    tls_client_ca_file: Path | None = Field(
+        None,
+        description="PEM CA certificate(s) client certificates must chain to: set (with "
+        "tls_cert_file), a client without such a certificate is refused at the TLS "
+        "handshake (mutual TLS), and a gateway of credentials_file with `client_cert_cn` "
+        "may write as itself by its certificate's subject CN instead of a bearer token.",
+    )
     credentials_poll_s: float = Field(
         0.25,
         gt=0,
@@ -112,6 +127,14 @@ class IngestOptions(Section):
         "response; a client can add any header to its request, so a request-side copy is "
         "ignored and counted (anchorwatch_ingest_headers_ignored_total) unless `request` "
         "is listed here.",
+    )
+    model_from: str = Field(
+        "request_body_model",
+        description="Kong entries: where an event's model version (`model`) comes from: "
+        "`request_body_model` (the `model` of the request body, when Kong logs the body as "
+        "request.body), `header:<name>` (a request header), `route` or `service` (the Kong "
+        "route's or service's name). Absent there: no model; invalid: the entry is "
+        "dead-lettered.",
     )
     max_future_skew_s: float = Field(
         300,
@@ -228,7 +251,15 @@ class IngestOptions(Section):
         # HTTP header names are case-insensitive; lookups compare lower case.
         return value.lower()
 
-    @field_validator("auth_token", "auth_token_file", "credentials_file", mode="before")
+    @field_validator(
+        "auth_token",
+        "auth_token_file",
+        "credentials_file",
+        "tls_cert_file",
+        "tls_key_file",
+        "tls_client_ca_file",
+        mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         # Compose and .env files pass an unset variable as an empty string.
@@ -240,6 +271,18 @@ class IngestOptions(Section):
     @classmethod
     def _lower(cls, value: list[str]) -> list[str]:
         return [v.lower() for v in value]
+
+    @field_validator("model_from")
+    @classmethod
+    def _model_from(cls, value: str) -> str:
+        if value in ("request_body_model", "route", "service"):
+            return value
+        name = value.removeprefix("header:")
+        if name == value or not _HEADER_NAME.match(name):
+            raise ValueError(
+                "must be request_body_model, route, service or header:<name> (an HTTP header name)"
+            )
+        return f"header:{name.lower()}"
 
     @field_validator("doc_type_header_locations", "measurement_header_locations")
     @classmethod
@@ -276,6 +319,13 @@ class IngestOptions(Section):
             raise ValueError(
                 "insecure_no_auth: a bearer token is set too (auth_token or auth_token_file); "
                 "drop one: with a token, writers must present it"
+            )
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_key_file: set tls_cert_file and tls_key_file together")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError(
+                "tls_client_ca_file: client certificates need TLS: set tls_cert_file and "
+                "tls_key_file too"
             )
         if self.insecure_no_auth and self.credentials_file is not None:
             raise ValueError(

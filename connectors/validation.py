@@ -29,6 +29,7 @@ from typing import Annotated, Any, Final, Literal, NamedTuple
 import annotated_types
 import orjson
 from pydantic import AfterValidator, BaseModel
+from pydantic.fields import FieldInfo
 
 from anchorwatch.connectors import _native
 from anchorwatch.contracts import (
@@ -41,7 +42,7 @@ from anchorwatch.contracts import (
     validate,
 )
 from anchorwatch.contracts.avro import encode_summary
-from anchorwatch.contracts.models import doc_type_text
+from anchorwatch.contracts.models import doc_type_text, model_version_text
 
 
 class Accepted(NamedTuple):
@@ -110,6 +111,10 @@ def describe_field(annotation: Any, required: bool, default: Any = None) -> dict
     if type(None) in args and len(args) == 2:
         out["optional"] = True
         (annotation,) = (a for a in args if a is not type(None))
+        if typing.get_origin(annotation) is Annotated:  # `ModelVersion | None`
+            annotation, inner = typing.get_args(annotation)[0], annotation.__metadata__
+            for m in inner:  # a Field(...) inside keeps its bounds as its own metadata
+                metadata.extend(m.metadata if isinstance(m, FieldInfo) else [m])
     origin = typing.get_origin(annotation)
     if annotation in (int, float, str):
         out["type"] = annotation.__name__
@@ -130,6 +135,8 @@ def describe_field(annotation: Any, required: bool, default: Any = None) -> dict
             out["printable"] = True
         elif isinstance(m, AfterValidator) and m.func is doc_type_text:
             out["rule"] = "doc_type_text"  # lib.rs: plain_doc_type
+        elif isinstance(m, AfterValidator) and m.func is model_version_text:
+            out["rule"] = "model_version_text"  # lib.rs: plain_doc_type, its own bound
         else:
             raise ContractChanged(f"constraint {m!r}: teach connectors/native about it")
     return out

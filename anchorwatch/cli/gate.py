@@ -14,7 +14,7 @@ import click
 from pydantic import ValidationError
 
 from anchorwatch.cli.common import load_settings, progress
-from anchorwatch.contracts import ContractError, VersionedSnapshotEvent, decode
+from anchorwatch.contracts import ContractError, SnapshotEvent, decode
 from anchorwatch.gate import (
     DEFAULT_MAX_MEAN,
     DEFAULT_MIN_DOCS,
@@ -73,7 +73,7 @@ def read_run(ctx: click.Context, source: str, tally: RunTally) -> int:
     with progress("reading snapshots") as bar:
         for where, raw in records:
             try:
-                tally.add(decode(VersionedSnapshotEvent, raw))
+                tally.add(decode(SnapshotEvent, raw))
             except ContractError as exc:
                 problems = "; ".join(str(p) for p in exc.problems)
                 raise GateDataError(f"{where}: not a snapshot event: {problems}") from None

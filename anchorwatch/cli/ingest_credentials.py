@@ -183,6 +183,8 @@ def add_cmd(
             rate=limit,
             expires=gateway_expires if expires is not None else (old.expires if old else None),
             secrets=[*(old.secrets if old else []), secret],
+            # Set by editing the file (mutual TLS); a new secret keeps it.
+            client_cert_cn=old.client_cert_cn if old else None,
         )
         gateways = {**current.gateways, gateway: entry}
         updated = _checked(creds.CredentialsFile, "--gateway", gateways=gateways)

@@ -122,7 +122,8 @@ class AnchorSnapshot(_Contract):
 
 
 class SnapshotEvent(_Contract):
-    """One gateway request's semantic snapshot: the record on the snapshots topic."""
+    """One gateway request's semantic snapshot: the record on the snapshots topic, with the
+    optional version of the model that answered it."""
 
     event_id: Identifier = Field(description="Unique per request; the idempotency key.")
     event_time_ms: EpochMillis = Field(description="When the request started (event time).")
@@ -134,6 +135,11 @@ class SnapshotEvent(_Contract):
     )
     source: str | None = Field(
         default=None, max_length=200, description="Where the record came from (gateway, file)."
+    )
+    # Mirrored by the ingest service's compiled path (connectors/native), like every field.
+    model: ModelVersion | None = Field(
+        default=None,
+        description="Version of the model that answered, e.g. summarizer-2.1; absent: unknown.",
     )
 
     @model_validator(mode="after")
@@ -174,20 +180,8 @@ class SnapshotEvent(_Contract):
         return sum(1 for a in self.anchors if a.recommendation == RESAMPLE)
 
 
-class VersionedSnapshotEvent(SnapshotEvent):
-    """One gateway request's semantic snapshot: the record on the snapshots topic, with the
-    optional version of the model that answered it."""
-
-    # Apart from SnapshotEvent because the ingest service's compiled path mirrors that
-    # model field by field and refuses to start on one it does not know: until it learns
-    # `model`, ingest writes SnapshotEvent (without it) and readers that need the version
-    # (the release gate) decode this. Same wire contract, same schema file.
-    model_config = ConfigDict(title="SnapshotEvent")
-
-    model: ModelVersion | None = Field(
-        default=None,
-        description="Version of the model that answered, e.g. summarizer-2.1; absent: unknown.",
-    )
+#: The snapshot event's former name for the event with ``model``: one model now.
+VersionedSnapshotEvent = SnapshotEvent
 
 
 class SnapshotSummary(_Contract):

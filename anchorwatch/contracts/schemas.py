@@ -16,9 +16,9 @@ from anchorwatch.contracts.models import (
     Baseline,
     DeadLetter,
     DriftEvent,
+    SnapshotEvent,
     SnapshotSummary,
     Verdict,
-    VersionedSnapshotEvent,
     WindowAggregate,
 )
 
@@ -26,8 +26,7 @@ SCHEMA_DIR = Path(__file__).parent / "schemas"
 
 #: file stem -> model; the stem plus the version is the schema's file name and $id.
 CONTRACTS: dict[str, type[BaseModel]] = {
-    # The snapshot event with its optional `model` (models.VersionedSnapshotEvent).
-    "snapshot-event": VersionedSnapshotEvent,
+    "snapshot-event": SnapshotEvent,
     "snapshot-summary": SnapshotSummary,
     "window-aggregate": WindowAggregate,
     "verdict": Verdict,

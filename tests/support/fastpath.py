@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from hypothesis import strategies as st
 
 from anchorwatch.connectors.kong import DEFAULT_FORMAT, KongFormat
@@ -50,6 +51,8 @@ WINDOWS = st.none() | st.builds(
 )
 
 
+MODEL_HEADER = "x-model-version"
+
 FORMATS = [
     DEFAULT_FORMAT,
     KongFormat(doc_type_locations=("response", "request")),
@@ -59,4 +62,66 @@ FORMATS = [
         request_id_locations=("response",),
     ),
     KongFormat(request_id="x-anthropic-doc-type", doc_type="x-request-id"),
+    # Where the model version comes from (the default: the request body's `model`).
+    KongFormat(model_from=f"header:{MODEL_HEADER}"),
+    KongFormat(model_from="route"),
+    KongFormat(model_from="service"),
+    KongFormat(model_from="header:x-anthropic-doc-type"),  # one header, two fields
 ]
+
+# Model versions, good, bad and odd, for the places a Kong entry's model comes from.
+_MODELS = st.sampled_from(
+    [
+        "summarizer-2.1",
+        " v2 ",
+        "m" * 128,
+        "m" * 129,
+        "m" * 10_000,
+        "",
+        "v\x07",
+        "v\u200b2",
+        "modèle",
+        "e\u0301",  # decomposed: NFC makes it one character
+        None,
+        5,
+        ["a", "a"],
+        ["a", "b"],
+        {"x": 1},
+    ]
+)
+_BODY_TEXTS = st.sampled_from(
+    [
+        "not json",
+        '{"model": "a", "model": "b"}',
+        '{"model": "a\\ud800"}',
+        "[1]",
+        '"x"',
+        "",
+        '{"model": 1e400}',
+        '{"model": "m\\u0007"}',
+        ' {"model": "v-1"} ',
+        '{"model":"a"}x',
+    ]
+)
+
+
+@st.composite
+def with_model(draw: st.DrawFn, entry: dict[str, Any]) -> dict[str, Any]:
+    """``entry`` with a model version where ``KongFormat.model_from`` may look for it: the
+    request body (an object, its JSON text, text that is not JSON), the model header, the
+    route's or service's name."""
+    value = draw(_MODELS)
+    place = draw(st.integers(0, 5))
+    if place == 0:
+        entry["request"]["body"] = {"model": value, "messages": [{"role": "user"}]}
+    elif place == 1:
+        entry["request"]["body"] = orjson.dumps({"max_tokens": 5, "model": value}).decode()
+    elif place == 2:
+        entry["request"]["body"] = draw(_BODY_TEXTS | st.sampled_from([5, None, ["m"]]))
+    elif place == 3:
+        entry["request"]["headers"][MODEL_HEADER] = value
+    elif place == 4:
+        entry["route"] = {"name": value, "paths": ["/v1"]} if draw(st.booleans()) else value
+    else:
+        entry["service"] = {"host": "h", "name": value}
+    return entry

@@ -24,7 +24,7 @@ impl Event<'_, '_> {
             )
         };
         // What contracts.encode(SnapshotEvent(...)) writes: the fields in model order,
-        // `source` left out when None, then the computed fields.
+        // `source` and `model` left out when None, then the computed fields.
         let mut out = Json(Vec::with_capacity(256 + 192 * self.anchors.len()));
         out.raw(b"{\"event_id\":");
         out.string(self.event_id);
@@ -61,6 +61,10 @@ impl Event<'_, '_> {
         if let Some(source) = self.source {
             out.raw(b",\"source\":");
             out.string(source);
+        }
+        if let Some(model) = self.model {
+            out.raw(b",\"model\":");
+            out.string(model);
         }
         out.raw(b",\"mean_drift\":");
         out.float(mean_drift);

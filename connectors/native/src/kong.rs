@@ -1,6 +1,8 @@
 //! A Kong http-log body: reading its entries (the configured snapshot headers in the
-//! configured locations, and `started_at`; the rest is skipped, though read as strictly as
-//! orjson reads it), and mapping each entry to its snapshot event as `kong.kong_record` does.
+//! configured locations, `started_at`, and where the model version comes from: a request
+//! header, `request.body`'s `model`, or the route's or service's name; the rest is skipped,
+//! though read as strictly as orjson reads it), and mapping each entry to its snapshot event
+//! as `kong.kong_record` does.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -8,10 +10,12 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use super::model::{Found, Holder};
 use super::read::{Text, Unused};
 use super::snapshot::{Anchor, Event, EventRecord};
 
 /// A snapshot header's value as Kong logs it: a string, or a list when the header repeated.
+#[derive(Clone)]
 enum Header<'a> {
     Absent,
     One(Cow<'a, str>),
@@ -52,16 +56,19 @@ impl<'de> Deserialize<'de> for Header<'de> {
     }
 }
 
-/// The five snapshot headers, by their position in `Names`.
+/// The snapshot headers, by their position in `Config::names`; the model header is read
+/// only with `ModelFrom::Header`.
 const DOC_TYPE: usize = 0;
 const STATUS: usize = 1;
 const COUNT: usize = 2;
 const LOG: usize = 3;
 const REQUEST_ID: usize = 4;
+const MODEL: usize = 5;
+const SLOTS: usize = 6;
 
 /// One location's (`request.headers`, ...) snapshot headers.
 struct Headers<'a> {
-    values: [Header<'a>; 5],
+    values: [Header<'a>; SLOTS],
     /// A name matched by two keys (case aside): which one Python's lookup picks depends on
     /// dict details not worth mirroring.
     ambiguous: bool,
@@ -72,22 +79,69 @@ struct Entry<'a> {
     /// Per configured location, its headers when it has a `headers` object.
     locations: Vec<Option<Headers<'a>>>,
     started_at: Option<i64>,
+    /// The model version from `request.body` or the route's or service's name.
+    model: Found<'a>,
     /// Something the fast path does not decide on (a repeated key, a float `started_at`).
     doubtful: bool,
 }
 
+/// Where a Kong entry's model version comes from (`kong.KongFormat.model_from`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ModelFrom {
+    /// `model` of the request body Kong logged as `request.body` (a JSON object, or the
+    /// JSON text of one).
+    RequestBody,
+    /// The request header named `names[MODEL]`.
+    Header,
+    /// `route.name`.
+    Route,
+    /// `service.name`.
+    Service,
+}
+
 /// The service's header configuration: the snapshot headers' names and where each is trusted.
 pub(crate) struct Config {
-    pub(crate) names: [String; 5],
+    pub(crate) names: [String; SLOTS],
     /// Every location an entry's headers are read from: `request`, `response`.
     pub(crate) locations: Vec<String>,
     /// Per header, the locations (indexes into `locations`) it is trusted in, in order.
-    pub(crate) trusted: [Vec<usize>; 5],
+    pub(crate) trusted: [Vec<usize>; SLOTS],
+    pub(crate) model_from: ModelFrom,
+}
+
+impl Config {
+    /// How many of `names` a headers object is searched for.
+    fn header_slots(&self) -> usize {
+        if self.model_from == ModelFrom::Header {
+            SLOTS
+        } else {
+            MODEL
+        }
+    }
+
+    /// The top-level key of an entry whose `name` is the model version.
+    fn model_key(&self) -> Option<&'static str> {
+        match self.model_from {
+            ModelFrom::Route => Some("route"),
+            ModelFrom::Service => Some("service"),
+            _ => None,
+        }
+    }
 }
 
 struct EntrySeed<'c>(&'c Config);
-/// A location (`request`, ...): its headers, when it has a `headers` object.
-struct SectionReader<'c>(&'c Config);
+/// A location (`request`, ...): its headers, when it has a `headers` object, and with
+/// `body` its `body`'s model version.
+struct SectionReader<'c> {
+    config: &'c Config,
+    body: bool,
+}
+
+/// What a location holds for the mapping.
+struct Section<'a> {
+    headers: Option<Headers<'a>>,
+    model: Found<'a>,
+}
 /// A `headers` object: the snapshot headers in it.
 struct HeadersReader<'c>(&'c Config);
 
@@ -144,17 +198,40 @@ impl<'de> Visitor<'de> for EntrySeed<'_> {
         let mut entry = Entry {
             locations: config.locations.iter().map(|_| None).collect(),
             started_at: None,
+            model: Found::Absent,
             doubtful: false,
         };
         let mut seen = vec![false; config.locations.len()];
-        let mut started_seen = false;
+        let (mut started_seen, mut model_seen) = (false, false);
+        let model_key = config.model_key();
         while let Some(Text(key)) = map.next_key()? {
             if let Some(i) = config.locations.iter().position(|l| *l == key) {
                 entry.doubtful |= seen[i];
                 seen[i] = true;
-                entry.locations[i] = map
-                    .next_value_seed(ObjectOrNull(SectionReader(config)))?
-                    .flatten();
+                let body = config.model_from == ModelFrom::RequestBody && key == "request";
+                let reader = SectionReader { config, body };
+                match map.next_value_seed(ObjectOrNull(reader))? {
+                    Some(section) => {
+                        entry.locations[i] = section.headers;
+                        if body {
+                            entry.model = section.model;
+                        }
+                    }
+                    None => {
+                        entry.locations[i] = None;
+                        if body {
+                            entry.model = Found::Absent;
+                        }
+                    }
+                }
+            } else if model_key == Some(&*key) {
+                entry.doubtful |= model_seen;
+                model_seen = true;
+                let holder = Holder {
+                    key: "name",
+                    text: false,
+                };
+                entry.model = map.next_value_seed(holder)?;
             } else if key == "started_at" {
                 entry.doubtful |= started_seen;
                 started_seen = true;
@@ -174,67 +251,77 @@ impl<'de> Visitor<'de> for EntrySeed<'_> {
 }
 
 impl<'de> ObjectReader<'de> for SectionReader<'_> {
-    type Value = Option<Headers<'de>>;
+    type Value = Section<'de>;
     fn read<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut headers: Option<Headers<'de>> = None;
         let (mut seen, mut repeated) = (false, false);
+        let (mut model, mut body_seen) = (Found::Absent, false);
         while let Some(Text(key)) = map.next_key()? {
             if key == "headers" {
                 repeated |= seen;
                 seen = true;
-                headers = map.next_value_seed(ObjectOrNull(HeadersReader(self.0)))?;
+                headers = map.next_value_seed(ObjectOrNull(HeadersReader(self.config)))?;
+            } else if self.body && key == "body" {
+                // Which of two bodies Python keeps is the reference path's to say.
+                repeated |= body_seen;
+                body_seen = true;
+                model = map.next_value_seed(Holder {
+                    key: "model",
+                    text: true,
+                })?;
             } else {
                 map.next_value::<Unused>()?;
             }
         }
         if repeated {
             // Which of the two Python keeps is the reference path's to say.
-            return Ok(Some(Headers {
+            let headers = Some(Headers {
                 values: absent(),
                 ambiguous: true,
-            }));
+            });
+            return Ok(Section { headers, model });
         }
-        Ok(headers)
+        Ok(Section { headers, model })
     }
 }
 
-fn absent<'a>() -> [Header<'a>; 5] {
-    [
-        Header::Absent,
-        Header::Absent,
-        Header::Absent,
-        Header::Absent,
-        Header::Absent,
-    ]
+fn absent<'a>() -> [Header<'a>; SLOTS] {
+    std::array::from_fn(|_| Header::Absent)
 }
 
 impl<'de> ObjectReader<'de> for HeadersReader<'_> {
     type Value = Headers<'de>;
     fn read<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let names = &self.0.names;
+        let names = &self.0.names[..self.0.header_slots()];
         let mut headers = Headers {
             values: absent(),
             ambiguous: false,
         };
-        let mut seen = [false; 5];
+        let mut seen = [false; SLOTS];
         while let Some(Text(key)) = map.next_key()? {
             // HTTP header names are case-insensitive; the configured names are lower case.
-            let slot = if key.is_ascii() {
-                names.iter().position(|n| n.eq_ignore_ascii_case(&key))
+            // One name may be configured twice (the model's header and a snapshot header).
+            let mut hit = [false; SLOTS];
+            if key.is_ascii() {
+                for (i, n) in names.iter().enumerate() {
+                    hit[i] = n.eq_ignore_ascii_case(&key);
+                }
             } else {
                 // Python's str.lower() maps a few non-ASCII letters to ASCII (KELVIN SIGN).
                 let lowered = key.to_lowercase();
-                names.iter().position(|n| *n == lowered)
-            };
-            match slot {
-                Some(i) => {
-                    headers.ambiguous |= seen[i];
-                    seen[i] = true;
-                    headers.values[i] = map.next_value::<Header<'de>>()?;
+                for (i, n) in names.iter().enumerate() {
+                    hit[i] = *n == lowered;
                 }
-                None => {
-                    map.next_value::<Unused>()?;
-                }
+            }
+            if !hit.contains(&true) {
+                map.next_value::<Unused>()?;
+                continue;
+            }
+            let value = map.next_value::<Header<'de>>()?;
+            for i in (0..SLOTS).filter(|&i| hit[i]) {
+                headers.ambiguous |= seen[i];
+                seen[i] = true;
+                headers.values[i] = value.clone();
             }
         }
         Ok(headers)
@@ -365,6 +452,12 @@ fn kong_event(
     // Without a usable request-id header the id comes from request.id or a hash of the
     // entry, and the fallback is counted: the reference path's to do.
     let event_id = scalar(find(entry, config, REQUEST_ID))??;
+    let model = match (config.model_from, &entry.model) {
+        (ModelFrom::Header, _) => scalar(find(entry, config, MODEL))?,
+        (_, Found::Absent) => None,
+        (_, Found::Text(text)) => Some(&**text),
+        (_, Found::Doubtful) => return None,
+    };
     let mut anchors = Vec::new();
     match find(entry, config, LOG) {
         Header::Absent => {
@@ -387,6 +480,7 @@ fn kong_event(
         anchor_count: count,
         anchors: &anchors,
         source: Some(source),
+        model,
     }
     .encode(compensated_sum, window)?;
     Some((event_id.to_owned(), doc_type.to_owned(), value))

@@ -17,12 +17,14 @@
 //!
 //! - `read`: reading JSON as strictly as orjson does (strings, anchors, skipped values);
 //! - `kong`: a Kong body's entries, and an entry's snapshot event (`kong.kong_record`);
+//! - `model`: an entry's model version from its request body, route or service;
 //! - `ndjson`: the snapshot event an NDJSON line holds;
 //! - `snapshot`: the contract's bounds, an event's values and the checks of them;
 //! - `encode`: an accepted event written as `contracts.encode` writes it.
 
 mod encode;
 mod kong;
+mod model;
 mod ndjson;
 mod read;
 mod snapshot;
@@ -30,11 +32,12 @@ mod snapshot;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use kong::{kong_events, Config};
+use kong::{kong_events, Config, ModelFrom};
 use ndjson::Snapshot;
 use snapshot::{
     Event, ANCHORS_MAX, ANCHOR_COUNT_LE, DOC_TYPE_MAX_CHARS, EPOCH_MS_GE, EPOCH_MS_LT,
-    IDENTIFIER_MAX_CHARS, RECOMMENDATION_MAX_CHARS, RESAMPLE, SNAPSHOT_STATUSES, SOURCE_MAX_CHARS,
+    IDENTIFIER_MAX_CHARS, MODEL_VERSION_MAX_CHARS, RECOMMENDATION_MAX_CHARS, RESAMPLE,
+    SNAPSHOT_STATUSES, SOURCE_MAX_CHARS,
 };
 
 /// The contract's bounds (`snapshot`), in the shape `validation.describe` gives the pydantic model, and the
@@ -76,6 +79,9 @@ fn contract() -> String {
                         "items": "AnchorSnapshot", "max_length": ANCHORS_MAX},
             "source": {"required": false, "default": null, "optional": true, "type": "str",
                        "max_length": SOURCE_MAX_CHARS, "printable": false},
+            "model": {"required": false, "default": null, "optional": true, "type": "str",
+                      "min_length": 1, "max_length": MODEL_VERSION_MAX_CHARS,
+                      "printable": false, "rule": "model_version_text"},
         },
         "RESAMPLE": RESAMPLE,
     })
@@ -106,7 +112,22 @@ impl SnapshotReader {
         measurement_locations: Vec<String>,
         request_id_locations: Vec<String>,
         accepted: Py<PyAny>,
+        model_from: String,
     ) -> PyResult<Self> {
+        // `kong.KongFormat.model_from`: request_body_model, header:<name>, route, service.
+        let (model_from, model_header) = match model_from.as_str() {
+            "request_body_model" => (ModelFrom::RequestBody, String::new()),
+            "route" => (ModelFrom::Route, String::new()),
+            "service" => (ModelFrom::Service, String::new()),
+            other => match other.strip_prefix("header:") {
+                Some(name) if !name.is_empty() => (ModelFrom::Header, name.to_lowercase()),
+                _ => {
+                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                        "unknown model_from {other:?}"
+                    )))
+                }
+            },
+        };
         let locations = vec!["request".to_owned(), "response".to_owned()];
         let indexes = |names: &[String]| -> PyResult<Vec<usize>> {
             names
@@ -127,6 +148,7 @@ impl SnapshotReader {
             measurements.clone(),
             measurements,
             indexes(&request_id_locations)?,
+            vec![0], // the model's header: the request's
         ];
         Ok(SnapshotReader {
             config: Config {
@@ -136,9 +158,11 @@ impl SnapshotReader {
                     anchor_count,
                     snapshot_log,
                     request_id,
+                    model_header,
                 ],
                 locations,
                 trusted,
+                model_from,
             },
             accepted,
             compensated_sum: py.version_info() >= (3, 12),
@@ -200,6 +224,7 @@ impl SnapshotReader {
             anchor_count: event.anchor_count,
             anchors: &event.anchors,
             source: Some(event.source.as_deref().unwrap_or(source)),
+            model: event.model.as_deref(),
         }
         .encode(self.compensated_sum, (earliest_ms, latest_ms));
         match encoded {

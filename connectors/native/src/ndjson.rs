@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::read::{once, required, Text, Unused};
 use super::snapshot::Anchor;
 
-/// A snapshot event as an NDJSON line holds it; `source` may be left out.
+/// A snapshot event as an NDJSON line holds it; `source` and `model` may be left out.
 pub(crate) struct Snapshot<'a> {
     pub(crate) event_id: Cow<'a, str>,
     pub(crate) event_time_ms: i64,
@@ -19,6 +19,7 @@ pub(crate) struct Snapshot<'a> {
     pub(crate) anchor_count: i64,
     pub(crate) anchors: Vec<Anchor<'a>>,
     pub(crate) source: Option<Cow<'a, str>>,
+    pub(crate) model: Option<Cow<'a, str>>,
 }
 
 impl<'de> Deserialize<'de> for Snapshot<'de> {
@@ -32,7 +33,7 @@ impl<'de> Deserialize<'de> for Snapshot<'de> {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let (mut id, mut time, mut doc_type, mut status, mut count) =
                     (None, None, None, None, None);
-                let (mut anchors, mut source) = (None, None);
+                let (mut anchors, mut source, mut model) = (None, None, None);
                 while let Some(Text(key)) = map.next_key()? {
                     match &*key {
                         "event_id" => once(&mut id, map.next_value::<Text>()?.0)?,
@@ -42,6 +43,7 @@ impl<'de> Deserialize<'de> for Snapshot<'de> {
                         "anchor_count" => once(&mut count, map.next_value::<i64>()?)?,
                         "anchors" => once(&mut anchors, map.next_value::<Vec<Anchor>>()?)?,
                         "source" => once(&mut source, map.next_value::<Option<Text>>()?)?,
+                        "model" => once(&mut model, map.next_value::<Option<Text>>()?)?,
                         _ => {
                             map.next_value::<Unused>()?;
                         }
@@ -55,6 +57,7 @@ impl<'de> Deserialize<'de> for Snapshot<'de> {
                     anchor_count: required(count, "anchor_count")?,
                     anchors: anchors.unwrap_or_default(),
                     source: source.flatten().map(|t| t.0),
+                    model: model.flatten().map(|t| t.0),
                 })
             }
         }

@@ -6,11 +6,13 @@
 
 use std::borrow::Cow;
 
-// anchorwatch.contracts.models: EpochMillis, Identifier, DocType, SnapshotEvent, AnchorSnapshot.
+// anchorwatch.contracts.models: EpochMillis, Identifier, DocType, ModelVersion, SnapshotEvent,
+// AnchorSnapshot.
 pub(crate) const EPOCH_MS_GE: i64 = 946_684_800_000;
 pub(crate) const EPOCH_MS_LT: i64 = 4_102_444_800_000;
 pub(crate) const IDENTIFIER_MAX_CHARS: usize = 200;
 pub(crate) const DOC_TYPE_MAX_CHARS: usize = 512;
+pub(crate) const MODEL_VERSION_MAX_CHARS: usize = 128;
 pub(crate) const RECOMMENDATION_MAX_CHARS: usize = 64;
 pub(crate) const SOURCE_MAX_CHARS: usize = 200;
 pub(crate) const ANCHOR_COUNT_LE: i64 = 100_000;
@@ -37,7 +39,7 @@ fn printable(text: &str) -> bool {
     !text.bytes().any(|b| b < 0x20 || b == 0x7f)
 }
 
-/// A doc type the contract's `doc_type_text` surely takes unchanged: printable ASCII (in
+/// A doc type (or model version) the contract's `doc_type_text` surely takes unchanged: printable ASCII (in
 /// NFC, no control, format or separator characters) and not only spaces. Anything else,
 /// any non-ASCII letter included, is for the reference path.
 fn plain_doc_type(text: &str) -> bool {
@@ -88,6 +90,8 @@ pub(crate) struct Event<'e, 'a> {
     pub(crate) anchor_count: i64,
     pub(crate) anchors: &'e [Anchor<'a>],
     pub(crate) source: Option<&'e str>,
+    /// The model version (`model`); None: absent.
+    pub(crate) model: Option<&'e str>,
 }
 
 impl Event<'_, '_> {
@@ -104,6 +108,10 @@ impl Event<'_, '_> {
             && (0..=ANCHOR_COUNT_LE).contains(&self.anchor_count)
             && self.anchors.len() <= ANCHORS_MAX
             && self.source.is_none_or(|s| chars_within(s, 0, SOURCE_MAX_CHARS))
+            // ModelVersion: model_version_text, as for a doc type (plain ASCII only here).
+            && self.model.is_none_or(|m| {
+                chars_within(m, 1, MODEL_VERSION_MAX_CHARS) && plain_doc_type(m)
+            })
             // SnapshotEvent._anchors_fit_count.
             && self.anchors.len() as i64 <= self.anchor_count
             && (self.snapshot_status != "disabled" || self.anchors.is_empty())

@@ -336,3 +336,40 @@ def test_requests_arriving_during_a_round_go_to_kafka_together_in_the_next(
     assert service.registry.get_sample_value(f"{rounds}_sum") == 15
     written = _records(job_settings, job_settings.topics.snapshots)
     assert sorted(m.value or b"" for m in written) == sorted(_as_written(e) for e in _events()[:15])
+
+
+def test_the_model_version_reaches_the_topic_and_a_bad_one_the_dead_letters(
+    job_settings: JobSettings,
+) -> None:
+    """Kong logs the request body (request.body, ingest.model_from's default): each event
+    carries its model; one 10,000 characters long is dead-lettered, naming `model`."""
+    events = _events()[:4]
+    entries = [to_kong_entry(e) for e in events]
+    for i, entry in enumerate(entries):
+        entry["request"]["body"] = orjson.dumps({"model": f"summarizer-2.{i}"}).decode()
+    entries[3]["request"]["body"] = {"model": "m" * 10_000}
+
+    async def scenario() -> dict[str, Any]:
+        body = orjson.dumps(entries)
+        async with (
+            serving(_settings(job_settings)) as (_, url),
+            aiohttp.ClientSession() as http,
+            http.post(f"{url}/v1/kong", data=body) as r,
+        ):
+            assert r.status == 200
+            answer: dict[str, Any] = await r.json()
+            return answer
+
+    answer = asyncio.run(scenario())
+    assert (answer["accepted"], answer["rejected"]) == (3, 1)
+    written = _records(job_settings, job_settings.topics.snapshots)
+    assert [m.value for m in written] == [
+        encode(e.model_copy(update={"source": "ingest", "model": f"summarizer-2.{i}"}))
+        for i, e in enumerate(events[:3])
+    ]
+    (letter,) = [
+        decode(DeadLetter, m.value or b"")
+        for m in _records(job_settings, job_settings.topics.dead_letter)
+    ]
+    assert letter.field == "request.body.model"
+    assert "request.body.model: model: String should have at most 128 characters" in letter.reason

@@ -7,18 +7,24 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
+from aiohttp.test_utils import make_mocked_request
 from click.testing import CliRunner
+from prometheus_client import CollectorRegistry
 
 from anchorwatch.cli.ingest import ingest
 from anchorwatch.connectors import credentials as creds
-from anchorwatch.connectors.gate import other_source
+from anchorwatch.connectors.gate import Gate, client_cert_cn, other_source
 from anchorwatch.connectors.http_limits import TokenBucket
-from anchorwatch.connectors.server import IngestService
+from anchorwatch.connectors.metrics import IngestMetrics
+from anchorwatch.connectors.server import IngestService, tls_context
 from anchorwatch.connectors.settings import IngestSettings
 from anchorwatch.contracts import encode
 from anchorwatch.settings import SettingsError
@@ -213,3 +219,64 @@ def test_insecure_no_auth_with_a_credentials_file_is_refused_naming_both(tmp_pat
             ingest={"credentials_file": tmp_path / "c.json", "insecure_no_auth": True}
         )
     assert "insecure_no_auth: credentials_file is set too" in str(refused.value)
+
+
+def test_a_gateway_is_found_by_its_client_certificate_cn_and_a_cn_is_one_gateways(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.json"
+    past = datetime.now(UTC) - timedelta(days=1)
+    entry = creds.GatewayEntry(doc_types=["invoice"], client_cert_cn="gw-a.example")
+    old = creds.GatewayEntry(doc_types=["*"], client_cert_cn="gw-old.example", expires=past)
+    file = creds.CredentialsFile(gateways={"gw-a": entry, "gw-old": old})
+    creds.write(path, file)
+    found = creds.load(path)
+    gateway = found.identify_cn("gw-a.example", time.time())
+    assert isinstance(gateway, creds.Gateway)
+    assert (gateway.name, gateway.scope.allows("invoice"), gateway.scope.allows("x")) == (
+        "gw-a", True, False,
+    )  # fmt: skip
+    assert found.identify_cn("GW-A.example", time.time()) == "unknown"
+    assert found.identify_cn("gw-old.example", time.time()) == "expired"
+    twice = file.model_copy(update={"gateways": {"gw-a": entry, "gw-b": entry}})
+    with pytest.raises(creds.CredentialsError, match=r"gateways.gw-b.client_cert_cn: the same"):
+        creds.build(twice, path)
+
+
+def test_the_gate_takes_the_certificates_cn_only_without_a_bearer_token(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    entry = creds.GatewayEntry(doc_types=["*"], client_cert_cn="gw-a.example")
+    creds.write(path, creds.CredentialsFile(gateways={"gw-a": entry}))
+    gate = Gate(_settings(path).ingest, IngestMetrics(CollectorRegistry()))
+    transport = mock.Mock()
+    transport.get_extra_info.side_effect = lambda name, default=None: (
+        {"subject": ((("organizationName", "x"),), (("commonName", "gw-a.example"),))}
+        if name == "peercert"
+        else default
+    )
+    by_cert = make_mocked_request("POST", "/v1/events", transport=transport)
+    assert client_cert_cn(by_cert) == "gw-a.example"
+    assert getattr(gate.identify(by_cert), "name", None) == "gw-a"
+    wrong_token = make_mocked_request(
+        "POST", "/v1/events", headers={"Authorization": "Bearer nope"}, transport=transport
+    )
+    assert gate.identify(wrong_token) is None  # a token, when sent, is what counts
+    assert gate.identify(make_mocked_request("POST", "/v1/events")) is None
+
+
+def test_tls_settings_go_together_and_files_that_do_not_load_are_named(tmp_path: Path) -> None:
+    pem = tmp_path / "x.pem"
+    pem.write_text("not a certificate\n")
+    for given, named in (
+        ({"tls_key_file": pem}, "tls_key_file: set tls_cert_file and tls_key_file together"),
+        ({"tls_cert_file": pem}, "tls_key_file: set tls_cert_file and tls_key_file together"),
+        ({"tls_client_ca_file": pem}, "tls_client_ca_file: client certificates need TLS"),
+    ):
+        with pytest.raises(SettingsError, match=named):
+            IngestSettings.load(ingest={"insecure_no_auth": True, **given})
+    options = IngestSettings.load(
+        ingest={"insecure_no_auth": True, "tls_cert_file": pem, "tls_key_file": pem}
+    ).ingest
+    with pytest.raises(SettingsError, match=r"ingest\.tls_cert_file / tls_key_file: cannot load"):
+        tls_context(options)
+    assert tls_context(IngestSettings.load(ingest={"insecure_no_auth": True}).ingest) is None

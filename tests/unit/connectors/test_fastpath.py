@@ -33,7 +33,7 @@ from anchorwatch.connectors.validation import TimeWindow
 from anchorwatch.contracts import SnapshotEvent, encode
 from anchorwatch.demo.generator import TrafficConfig, generate
 from anchorwatch.demo.kong_entry import to_kong_entry
-from tests.support.fastpath import FORMATS, WINDOWS, assert_paths_agree
+from tests.support.fastpath import FORMATS, WINDOWS, assert_paths_agree, with_model
 
 _NUMBERS = st.sampled_from(
     [
@@ -227,6 +227,8 @@ def _kong_entry(draw: st.DrawFn) -> dict[str, Any]:
         )
     if draw(st.integers(0, 9)) == 0:
         entry["request"]["headers"]["authorization"] = "Bearer secret"
+    if draw(st.integers(0, 2)) == 0:
+        entry = draw(with_model(entry))
     return entry
 
 

@@ -46,6 +46,9 @@ def test_environment_and_file_configure_the_section(
     assert s.ingest.port == 9999
     assert s.ingest.doc_type_header == "x-doc-type"  # compared case-insensitively
     assert kong_format(s).doc_type_locations == ("response",)
+    assert kong_format(s).model_from == "request_body_model"
+    monkeypatch.setenv("ANCHORWATCH_INGEST__MODEL_FROM", "header:X-Model")
+    assert kong_format(IngestSettings.load(config)).model_from.lower() == "header:x-model"
 
 
 @pytest.mark.parametrize(

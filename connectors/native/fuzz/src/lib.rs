@@ -25,9 +25,10 @@ mod native {
     /// The contract's own time bounds, as `records.py` passes them without a window.
     const WINDOW: (i64, i64) = (EPOCH_MS_GE, EPOCH_MS_LT - 1);
 
-    /// The Kong header layouts of the Python comparison (tests/unit/connectors/test_fastpath.py `_FORMATS`):
+    /// The Kong header layouts of the Python comparison (tests/support/fastpath.py `FORMATS`):
     /// the default (doc type trusted on the request, measurements on the response), the doc
-    /// type trusted on both, everything on both but the request id, two names swapped.
+    /// type trusted on both, everything on both but the request id, two names swapped; then
+    /// the model version from a header, the route, the service, and the doc type's header.
     fn readers(py: Python<'_>) -> &'static [SnapshotReader] {
         static READERS: OnceLock<Vec<SnapshotReader>> = OnceLock::new();
         READERS.get_or_init(|| {
@@ -38,28 +39,51 @@ mod native {
                 .unbind();
             let (req, resp, both): (&[&str], &[&str], &[&str]) =
                 (&["request"], &["response"], &["request", "response"]);
-            let reader = |doc_type: &str, request_id: &str, trusted: [&[&str]; 3]| {
-                let names = |locations: &[&str]| locations.iter().map(|l| l.to_string()).collect();
-                SnapshotReader::new(
-                    py,
-                    doc_type.into(),
-                    "x-anthropic-snapshot-status".into(),
-                    "x-anthropic-anchor-count".into(),
-                    "x-anthropic-snapshot-log".into(),
-                    request_id.into(),
-                    names(trusted[0]),
-                    names(trusted[1]),
-                    names(trusted[2]),
-                    accepted.clone_ref(py),
-                )
-                .expect("a reader")
-            };
+            let reader =
+                |doc_type: &str, request_id: &str, trusted: [&[&str]; 3], model_from: &str| {
+                    let names =
+                        |locations: &[&str]| locations.iter().map(|l| l.to_string()).collect();
+                    SnapshotReader::new(
+                        py,
+                        doc_type.into(),
+                        "x-anthropic-snapshot-status".into(),
+                        "x-anthropic-anchor-count".into(),
+                        "x-anthropic-snapshot-log".into(),
+                        request_id.into(),
+                        names(trusted[0]),
+                        names(trusted[1]),
+                        names(trusted[2]),
+                        accepted.clone_ref(py),
+                        model_from.into(),
+                    )
+                    .expect("a reader")
+                };
             let (doc_type, request_id) = ("x-anthropic-doc-type", "x-request-id");
+            let body = "request_body_model";
             vec![
-                reader(doc_type, request_id, [req, resp, both]),
-                reader(doc_type, request_id, [&["response", "request"], resp, both]),
-                reader(doc_type, request_id, [both, both, resp]),
-                reader(request_id, doc_type, [req, resp, both]),
+                reader(doc_type, request_id, [req, resp, both], body),
+                reader(
+                    doc_type,
+                    request_id,
+                    [&["response", "request"], resp, both],
+                    body,
+                ),
+                reader(doc_type, request_id, [both, both, resp], body),
+                reader(request_id, doc_type, [req, resp, both], body),
+                reader(
+                    doc_type,
+                    request_id,
+                    [req, resp, both],
+                    "header:x-model-version",
+                ),
+                reader(doc_type, request_id, [req, resp, both], "route"),
+                reader(doc_type, request_id, [req, resp, both], "service"),
+                reader(
+                    doc_type,
+                    request_id,
+                    [req, resp, both],
+                    "header:x-anthropic-doc-type",
+                ),
             ]
         })
     }

@@ -190,6 +190,23 @@ EVENT_CASES: Final = [
     bad("source 201 chars", _set("source", "s" * 201), "source"),
     bad("source a number", _set("source", 5), "source"),
     ok("source with control characters", _set("source", "a\nb\x00")),
+    # model: optional, 1..128 characters, model_version_text (a doc type's rules)
+    ok("model null", _set("model", None)),
+    ok("model", _set("model", "summarizer-2.1")),
+    ok("model 128 chars", _set("model", "m" * 128)),
+    ok("model padded, punctuation", _set("model", ' <!channel> "v2" \\ x* ')),
+    bad("model 129 chars", _set("model", "m" * 129), "model"),
+    bad("model 10000 chars", _set("model", "m" * 10_000), "model"),
+    bad("model empty", _set("model", ""), "model"),
+    bad("model blank", _set("model", "   "), "model"),
+    bad("model with a tab", _set("model", "v\t2"), "model"),
+    bad("model with NUL", _set("model", "v2\x00"), "model"),
+    bad("model with DEL", _set("model", "v2\x7f"), "model"),
+    bad("model zero-width", _set("model", "v\u200b2"), "model"),
+    bad("model a number", _set("model", 2.1), "model"),
+    ok("model non-ASCII", _set("model", "modèle-2"), defers=True),
+    ok("model decomposed", _set("model", "e\u0301" * 64), defers=True),
+    bad("model 129 chars, 128 in NFC", _set("model", "e\u0301" + "m" * 127), "model"),
     # SnapshotEvent._anchors_fit_count
     ok("anchors as many as anchor_count", _set("anchor_count", 2)),
     bad("anchors one more than anchor_count", _set("anchor_count", 1), "anchors"),
@@ -359,7 +376,7 @@ def test_the_derived_figures_are_the_anchors_mean_maxima_and_resample_count() ->
 
 
 def test_the_record_is_written_in_the_contracts_field_order() -> None:
-    data = _event(anchors=[_anchor(0)], anchor_count=1)
+    data = _event(anchors=[_anchor(0)], anchor_count=1, model="summarizer-2.1")
     shuffled = dict(reversed(list(data.items())))
     shuffled["anchors"] = [dict(reversed(list(_anchor(0).items())))]
     compiled = _compiled(shuffled)

@@ -1,5 +1,6 @@
 """The snapshot event's optional `model`: bounded and validated like a doc type, absent
-means unknown, and a reader of the v1 contract without it keeps working."""
+means unknown, and a reader of the v1 contract without it keeps working. One model
+(SnapshotEvent) carries it, through ingest's compiled path too."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from anchorwatch.contracts import (
     ContractError,
     SnapshotEvent,
-    VersionedSnapshotEvent,
+    SnapshotSummary,
     decode,
     decode_snapshot,
     encode,
@@ -27,34 +28,47 @@ def _schema() -> jsonschema.Draft202012Validator:
 
 
 def test_absent_is_unknown_and_writes_nothing() -> None:
-    event = decode(VersionedSnapshotEvent, orjson.dumps(snapshot()))
+    event = decode(SnapshotEvent, orjson.dumps(snapshot()))
     assert event.model is None
     assert encode(event) == encode(decode_snapshot(orjson.dumps(snapshot())))
     _schema().validate(orjson.loads(encode(event)))
 
 
+def test_there_is_one_model() -> None:
+    assert schemas.CONTRACTS["snapshot-event"] is SnapshotEvent
+
+
 def test_a_model_round_trips_and_fits_the_schema() -> None:
-    event = decode(VersionedSnapshotEvent, orjson.dumps(snapshot(model="summarizer-2.1")))
+    event = decode(SnapshotEvent, orjson.dumps(snapshot(model="summarizer-2.1")))
     assert event.model == "summarizer-2.1"
     wire = orjson.loads(encode(event))
     assert wire["model"] == "summarizer-2.1"
     _schema().validate(wire)
-    assert decode(VersionedSnapshotEvent, encode(event)) == event
+    assert decode(SnapshotEvent, encode(event)) == event
 
 
 def test_a_v1_reader_ignores_the_field() -> None:
-    event = decode_snapshot(orjson.dumps(snapshot(model="summarizer-2.1")))
-    assert isinstance(event, SnapshotEvent)
-    assert "model" not in orjson.loads(encode(event))
+    # A reader's model without the field (the summary here) skips it, as every v1 reader
+    # skips unknown keys.
+    wire = encode(decode_snapshot(orjson.dumps(snapshot(model="summarizer-2.1"))))
+    assert orjson.loads(wire)["model"] == "summarizer-2.1"
+    summary = decode(SnapshotSummary, wire)
+    assert "model" not in summary.model_dump()
 
 
-def test_the_ingest_fast_path_still_matches_its_contract() -> None:
+def test_the_ingest_fast_path_mirrors_the_field() -> None:
     # connectors/native mirrors SnapshotEvent field by field and stops the service on a
-    # difference: the versioned event must leave SnapshotEvent as it was.
+    # difference: it knows `model`, and writes it where contracts.encode does.
+    from anchorwatch.connectors import records
+    from anchorwatch.connectors.kong import DEFAULT_FORMAT
     from anchorwatch.connectors.validation import check_native_contract
 
     check_native_contract()
-    assert "model" not in SnapshotEvent.model_fields
+    assert "model" in SnapshotEvent.model_fields
+    line = orjson.dumps(snapshot(model="summarizer-2.1", source="gw"))
+    fast = records._reader(DEFAULT_FORMAT).ndjson_line(line, "gw", 0, 2**62)
+    assert fast is not None
+    assert fast.value == encode(decode_snapshot(line))
 
 
 @pytest.mark.parametrize(
@@ -72,14 +86,14 @@ def test_the_ingest_fast_path_still_matches_its_contract() -> None:
 )
 def test_a_bad_model_is_refused_naming_the_field(model: object, fragment: str) -> None:
     with pytest.raises(ContractError) as caught:
-        decode(VersionedSnapshotEvent, orjson.dumps(snapshot(model=model)))
+        decode(SnapshotEvent, orjson.dumps(snapshot(model=model)))
     assert caught.value.first_field == "model"
     assert fragment in str(caught.value)
     assert len(str(caught.value)) < 300  # the value itself is not echoed
 
 
 def test_model_versions_are_nfc_normalised() -> None:
-    decomposed = decode(VersionedSnapshotEvent, orjson.dumps(snapshot(model="re\u0301sume\u0301")))
+    decomposed = decode(SnapshotEvent, orjson.dumps(snapshot(model="re\u0301sume\u0301")))
     assert decomposed.model == "r\u00e9sum\u00e9"
 
 
