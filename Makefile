@@ -20,7 +20,7 @@ system:
 	@missing=""; \
 	for p in java:openjdk-17-jre-headless mvn:maven promtool:prometheus \
 	         amtool:prometheus-alertmanager shellcheck:shellcheck \
-	         chromium:chromium chromedriver:chromium-driver; do \
+	         chromium:chromium chromedriver:chromium-driver openssl:openssl; do \
 	  command -v $${p%%:*} >/dev/null || missing="$$missing $${p#*:}"; done; \
 	command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || missing="$$missing golang-go"; \
 	if [ -n "$$missing" ]; then echo "missing system packages; Debian: apt-get install$$missing"; exit 1; fi
