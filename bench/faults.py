@@ -433,6 +433,9 @@ def run_trial(
         # One Kong worker queue: with two, a retried batch of one queue falls behind the
         # other's by the retry backoff times the replay speed (minutes of event time).
         kong_workers=1,
+        # The demo's operator drills (a silence, a click, a data-quality minute, a killed
+        # job) are not part of a fault trial: its checks count the labelled incidents.
+        operator=False,
         **options,
     )
     journey = FaultJourney(stack, job, alerting, opts, lambda line: None, spec, job_overrides)

@@ -26,10 +26,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.demo import journey_plan as jp
 from anchorwatch.demo import slice as flow
+from anchorwatch.demo.journey_checks import operator_checks
 from anchorwatch.demo.journey_feed import KongTraffic, ReplayClock, send_batches
 from anchorwatch.demo.journey_job import (
     Submission,
@@ -38,7 +40,8 @@ from anchorwatch.demo.journey_job import (
     run_settings,
     wait_running,
 )
-from anchorwatch.demo.journey_processes import Services
+from anchorwatch.demo.journey_operator import Operator, label_lines
+from anchorwatch.demo.journey_processes import Services, pick_port
 from anchorwatch.demo.journey_results import JourneyReport, check_results
 from anchorwatch.demo.journey_services import (
     Destinations,
@@ -46,7 +49,7 @@ from anchorwatch.demo.journey_services import (
     start_alerting,
     start_ingest,
 )
-from anchorwatch.demo.journey_watch import IncidentWatcher, settled
+from anchorwatch.demo.journey_watch import IncidentWatcher, settled, watchdog_notice
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.stack.stack import Stack
 
@@ -71,9 +74,20 @@ class JourneyOptions:
     update_interval_s: int = 120
     state_dir: Path = Path(".anchorwatch/demo")
     ports: Mapping[str, int] = field(
-        default_factory=lambda: {"ingest": 8686, "alerting": 9465, "slack": 8089, "jira": 8090}
+        default_factory=lambda: {
+            "ingest": 8686,
+            "alerting": 9465,
+            "slack": 8089,
+            "jira": 8090,
+            "pagerduty": 8091,
+        }
     )
     timeout_s: float = 180.0  # longest wait for any one step
+    #: The operator features (journey_operator): a silence, an acknowledgement clicked in
+    #: Slack, a gateway-wide data-quality fault grouped into one incident, PagerDuty, and
+    #: the watchdog's notice once the job is killed at the end. With the local Slack and
+    #: Jira only.
+    operator: bool = True
 
 
 class Journey:
@@ -102,11 +116,16 @@ class Journey:
             bootstrap=stack.kafka.bootstrap,
             watermark_delay_ms=options.watermark_delay_ms,
         )
-        self.destinations = Destinations(alerting_base)
+        self.alerting_base = alerting_base
+        self.destinations = Destinations(alerting_base, operator=options.operator)
         self.services = Services(self.run_dir)
         self.job_id: str | None = None
         self.state_dir = self.run_dir / "alerting"
         self.ingest_tokens: list[str] = []  # one per Kong worker, made when ingest starts
+        self.operator: Operator | None = None  # with the operator features, once run
+        self.alerting_port = 0
+        self.alerting_url = ""
+        self.watcher: IncidentWatcher | None = None  # while and after the live traffic
 
     @property
     def slack_url(self) -> str:
@@ -121,6 +140,9 @@ class Journey:
 
     def run(self, plan: jp.Plan) -> JourneyReport:
         o = self.options
+        if self.destinations.operator:
+            plan = jp.with_gateway_fault(plan)
+            self.operator = Operator(plan, self.echo)
         report = JourneyReport(plan)
         t0 = time.monotonic()
         flow.create_topics(self.job_settings)
@@ -132,6 +154,8 @@ class Journey:
         self._start_alerting(report)
         self._send_live(report, f"{ingest_url}/v1/kong", traffic)
         check_results(report, self.job_settings, traffic.entries)
+        if self.operator is not None:
+            self._go_blind(report, f"{ingest_url}/v1/kong")
         report.timings["total_s"] = time.monotonic() - t0
         return report
 
@@ -142,9 +166,15 @@ class Journey:
         submission = Submission(self.stack.flink.address, self.job_settings)
         submission.start()
         ingest_url = self._start_ingest(report)
+        # The local Slack posts clicks to the alerting service: its port, chosen now.
+        self.alerting_port = pick_port(o.ports["alerting"])
         report.addresses.update(
             self.destinations.start_local(
-                self.services, slack_port=o.ports["slack"], jira_port=o.ports["jira"]
+                self.services,
+                slack_port=o.ports["slack"],
+                jira_port=o.ports["jira"],
+                pagerduty_port=o.ports.get("pagerduty", 0),
+                interactivity_url=f"http://127.0.0.1:{self.alerting_port}/slack/interactions",
             )
         )
         self.job_id = submission.job_id()
@@ -192,15 +222,22 @@ class Journey:
         )
 
     def _start_alerting(self, report: JourneyReport) -> None:
+        extra = None
+        if self.operator is not None:
+            extra = self.operator.alerting_settings(
+                self.alerting_base.policy.rules, self.job_settings.job.group_id
+            )
         url = start_alerting(
             self.services,
             self.job_settings,
             self.destinations,
-            port=self.options.ports["alerting"],
+            port=self.alerting_port or self.options.ports["alerting"],
             state_dir=self.state_dir,
             group_id=f"anchorwatch-demo-{self.run_id}",
             update_interval_s=self.options.update_interval_s,
+            extra=extra,
         )
+        self.alerting_url = url
         report.addresses["alerting"] = f"{url}/metrics"
 
     def _send_live(self, report: JourneyReport, url: str, traffic: KongTraffic) -> None:
@@ -212,16 +249,17 @@ class Journey:
             f"({len(traffic.live_batches)} batches from {o.kong_workers} Kong workers), "
             f"{len(plan.labels)} labelled incidents:"
         )
-        for lab in plan.labels:
-            minute = (lab.start_ms - plan.live_start_ms) // jp.MINUTE_MS
-            length = (lab.end_ms - lab.start_ms) // jp.MINUTE_MS
-            self.echo(
-                f"        {lab.kind:<9} {lab.doc_type:<20} +{lab.magnitude:.2f} from "
-                f"minute {minute} for {length} min"
-            )
+        for line in label_lines(plan, self.operator):
+            self.echo(line)
         clock = ReplayClock(plan.live_start_ms, time.time() + 1.0, o.speed)
         report.timings["origin_wall"] = clock.origin_wall_s
-        watcher = IncidentWatcher(self.state_dir, self.destinations, clock, self.echo)
+        on_posted = None
+        if self.operator is not None:
+            self.operator.add_silence(self.alerting_url, clock)
+            operator, slack = self.operator, self.destinations.slack_url
+            on_posted = lambda iid, doc, refs: operator.maybe_ack(slack, iid, doc, refs)  # noqa: E731
+        watcher = IncidentWatcher(self.state_dir, self.destinations, clock, self.echo, on_posted)
+        self.watcher = watcher
         with watcher.watching(report):
             stats = asyncio.run(
                 send_batches(
@@ -243,6 +281,47 @@ class Journey:
             ):
                 time.sleep(0.5)
         watcher.look(report)
+
+    def _go_blind(self, report: JourneyReport, url: str) -> None:
+        """The drift job killed while Kong keeps sending, until the watchdog's notice is
+        in Slack; then every operator feature's check."""
+        assert self.operator is not None
+        assert self.watcher is not None
+        d, watcher = self.destinations, self.watcher
+
+        def kill() -> None:
+            if self.job_id is not None:
+                cancel(self.stack.flink.address, self.job_id)
+
+        self.echo("        blindness: the drift job is killed; Kong keeps sending")
+        self.operator.go_blind(
+            kill,
+            report.plan,
+            url,
+            self.ingest_tokens,
+            lambda: watchdog_notice(watcher, report, d.slack_url),
+            workers=self.options.kong_workers,
+            batch_size=self.options.batch_size,
+        )
+        watcher.look(report)
+        report.checks = operator_checks(
+            report,
+            self.operator,
+            slack_url=d.slack_url,
+            jira_url=d.jira_url,
+            pagerduty_url=d.pagerduty_url,
+            outbox=self._outbox,
+        )
+
+    def _outbox(self, incident_id: str) -> list[dict[str, Any]]:
+        from anchorwatch.alerting.store import Store
+
+        store = Store(self.state_dir, create=False)
+        try:
+            with store.reading():
+                return store.outbox_rows(incident_id)
+        finally:
+            store.close()
 
     def _settled(self, report: JourneyReport, *, patience_over: bool) -> bool:
         self.services.check("alerting")

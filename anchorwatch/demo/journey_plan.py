@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import orjson
@@ -51,6 +51,14 @@ INCIDENTS: Final = (
     (3, "jump", 16, 20, 0.35),
 )
 KL_LEVEL: Final = 3.0
+#: The gateway-wide data-quality fault (``with_gateway_fault``): minutes before the live
+#: span's end it starts, its length, the share of every type's requests whose snapshots are
+#: ``disabled`` and the drift added to the rest. Late in the span, after every labelled
+#: incident has resolved, so it neither hides nor inhibits one.
+GATEWAY_FAULT: Final = (4, 2, 0.35, 1.0)
+#: Requests per minute a type needs to be hit by it: a sparser one has no window of the
+#: minimum size to judge (it would be hit and never seen).
+GATEWAY_MIN_RATE: Final = 5.0
 #: Minutes after an incident's end in which the alert it raised still counts for it:
 #: windows are judged when they close.
 GRACE_WINDOWS: Final = 2
@@ -137,6 +145,32 @@ def make_plan(
         labels.append(Label(doc_type, *span, kind, magnitude, diagnosis))
     traffic = Traffic(config, profiles, tuple(sorted(injected, key=lambda i: i.start_ms)))
     return Plan(traffic, tuple(labels), start, live_start, end)
+
+
+def with_gateway_fault(plan: Plan) -> Plan:
+    """``plan`` with a gateway-wide data-quality fault: for ``GATEWAY_FAULT``'s minutes a
+    share of every doc type's snapshots (every type busy enough to be judged) are
+    ``disabled`` and the rest drift, one label per type (kind ``gateway``, diagnosis
+    ``snapshot_disabled``): the alerting service must make them one group incident."""
+    before_end, length, share, lift = GATEWAY_FAULT
+    start = plan.end_ms - before_end * MINUTE_MS
+    last = max((lab.end_ms for lab in plan.labels), default=plan.live_start_ms)
+    # The labelled incidents resolve up to 9 windows after they end (and one that breaches
+    # again would be folded into the fault's group).
+    if start < last + 9 * MINUTE_MS:
+        need = (last + 9 * MINUTE_MS - plan.live_start_ms) // MINUTE_MS + before_end
+        raise ValueError(f"live_minutes: at least {need} for the gateway-wide fault")
+    span = (start, start + length * MINUTE_MS)
+    injected = list(plan.traffic.incidents)
+    labels = list(plan.labels)
+    hit = [p.name for p in plan.traffic.profiles if p.rate_per_minute >= GATEWAY_MIN_RATE]
+    for doc_type in hit:
+        injected.append(IncidentLabel(doc_type, *span, "disabled", share))
+        injected.append(IncidentLabel(doc_type, *span, "jump", lift))
+        labels.append(Label(doc_type, *span, "gateway", lift, "snapshot_disabled"))
+    t = plan.traffic
+    traffic = Traffic(t.config, t.profiles, tuple(sorted(injected, key=lambda i: i.start_ms)))
+    return replace(plan, traffic=traffic, labels=tuple(labels))
 
 
 # --------------------------------------------------------------------------- Kong entries

@@ -18,6 +18,11 @@ from anchorwatch.demo.journey_processes import JourneyError, wait_for
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import read_topic
 
+#: The rule of a group incident (alerting.grouping) and the doc type of the watchdog's
+#: notice (alerting.watchdog_post), as the state file holds them.
+GROUP_RULE = "group"
+WATCHDOG_DOC_TYPE = "anchorwatch:watchdog"
+
 
 @dataclass
 class Seen:
@@ -32,6 +37,38 @@ class Seen:
     resolved: bool = False
     slack_latency_s: float | None = None
     reasons: tuple[str, ...] = ()
+    rule: str = ""
+    state: str = "open"
+    group_id: str | None = None  # a member of this group incident
+    held_by: str | None = None  # what held its first post (a silence...)
+    acked_by: str | None = None
+    slack_channel: str | None = None
+    slack_ts: str | None = None
+    jira_key: str | None = None
+    silenced: bool = False  # seen held by a silence
+    posted_s: float | None = None  # when Slack had it (wall clock)
+
+    @property
+    def is_group(self) -> bool:
+        return self.rule == GROUP_RULE
+
+    @property
+    def is_watchdog(self) -> bool:
+        return self.doc_type == WATCHDOG_DOC_TYPE
+
+    @property
+    def judged(self) -> bool:
+        """An incident of the drift rules (not a group, not the watchdog's notice)."""
+        return not (self.is_group or self.is_watchdog)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One of the operator features' end checks."""
+
+    name: str
+    ok: bool
+    detail: str
 
 
 @dataclass
@@ -50,11 +87,13 @@ class JourneyReport:
     seen: dict[str, Seen] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)  # the operator features'
 
     @property
     def ok(self) -> bool:
         return bool(
-            self.outcome is not None
+            all(c.ok for c in self.checks)
+            and self.outcome is not None
             and self.outcome.ok
             and self.comparison is not None
             and self.comparison.ok
@@ -122,6 +161,7 @@ def check_results(report: JourneyReport, s: JobSettings, entries: list[jp.Entry]
     raised = [
         jp.Raised(x.incident_id, x.doc_type, x.severity, x.opened_at_ms, x.reopened, x.reasons)
         for x in report.seen.values()
+        if x.judged
     ]
     report.outcome = jp.match_alerts(plan.labels, raised)
 
@@ -179,11 +219,21 @@ def summary_lines(report: JourneyReport, window_ms: int = jp.MINUTE_MS) -> list[
         for a in o.unlabelled:
             start = time.strftime("%H:%M", time.gmtime((a.opened_at_ms - window_ms) / 1000))
             lines.append(f"  UNLABELLED {a.doc_type} {a.severity} opened by the {start} window")
-    latencies = [s.slack_latency_s for s in report.seen.values() if s.slack_latency_s is not None]
+    latencies = [
+        s.slack_latency_s
+        for s in report.seen.values()
+        if s.slack_latency_s is not None and not s.is_watchdog
+    ]
     if latencies:
         lines.append(
             "window end to Slack message (replay clock): "
             f"median {jp.quantile(latencies, 0.5):.1f}s, max {max(latencies):.1f}s "
             f"over {len(latencies)} incidents"
         )
+    if report.checks:
+        passed = sum(c.ok for c in report.checks)
+        lines.append(f"operator features: {passed} of {len(report.checks)} passed")
+        for check in report.checks:
+            mark = "PASS" if check.ok else "FAIL"
+            lines.append(f"  {mark} {check.name:<10} {check.detail}")
     return lines

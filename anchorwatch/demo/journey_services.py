@@ -8,6 +8,8 @@ local-slack`` / ``local-jira``) when they are not.
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -78,8 +80,10 @@ def start_alerting(
     state_dir: Path,
     group_id: str,
     update_interval_s: int,
+    extra: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """Start the alerting service, posting to ``destinations``; its URL once ready."""
+    """Start the alerting service, posting to ``destinations``; its URL once ready.
+    ``extra``: more settings, by section (the operator features': journey_operator)."""
     port = pick_port(port)
     config: dict[str, dict[str, Any]] = {
         **kafka_env(job),
@@ -97,6 +101,8 @@ def start_alerting(
         "grouping": {"wait_s": 2},
         **destinations.local_settings(),
     }
+    for section, fields in (extra or {}).items():
+        config[section] = {**config.get(section, {}), **fields}
     services.start("alerting", ["alerting", "serve"], env_of(config))
     url = f"http://127.0.0.1:{port}"
     services.wait_ready("alerting", f"{url}/readyz", 60, "alerting /readyz")
@@ -107,13 +113,18 @@ class Destinations:
     """Where the alerting service posts: Slack and Jira as configured, or local servers
     started for the run in place of the ones that are not (Slack off, Jira disabled)."""
 
-    def __init__(self, settings: AlertingSettings) -> None:
+    def __init__(self, settings: AlertingSettings, *, operator: bool = False) -> None:
         self.settings = settings
         self.local_slack = settings.slack.mode == "off"
         self.local_jira = not settings.jira.enabled
         self.slack_url = ""  # the local Slack's
         self.jira_url = settings.jira.url
         self.slack_web = ""  # where permalinks point
+        # The operator features (journey_operator) need the local Slack (its buttons) and
+        # Jira, and start the local PagerDuty.
+        self.operator = operator and self.local_slack and self.local_jira
+        self.signing_secret = secrets.token_hex(16) if self.operator else ""
+        self.pagerduty_url = ""  # the local PagerDuty's
 
     @property
     def slack_on(self) -> bool:
@@ -123,17 +134,27 @@ class Destinations:
     def jira_on(self) -> bool:
         return self.local_jira or self.settings.jira.enabled
 
-    def start_local(self, services: Services, *, slack_port: int, jira_port: int) -> dict[str, str]:
-        """Start the local Slack and Jira the run needs; where each destination is, for
-        people."""
+    def start_local(
+        self,
+        services: Services,
+        *,
+        slack_port: int,
+        jira_port: int,
+        pagerduty_port: int = 0,
+        interactivity_url: str = "",
+    ) -> dict[str, str]:
+        """Start the local Slack and Jira the run needs (and, with the operator features,
+        the local PagerDuty, and the Slack's buttons posting to ``interactivity_url``);
+        where each destination is, for people."""
         addresses: dict[str, str] = {}
         if self.local_slack:
             port = pick_port(slack_port)
-            services.start(
-                "local-slack",
-                ["alerting", "local-slack", "--port", str(port), "--token", LOCAL_SLACK_TOKEN],
-                {},
-            )
+            argv = ["alerting", "local-slack", "--port", str(port), "--token", LOCAL_SLACK_TOKEN]
+            env = {}
+            if self.operator:
+                argv += ["--interactivity-url", interactivity_url]
+                env["ANCHORWATCH_SLACK__SIGNING_SECRET"] = self.signing_secret
+            services.start("local-slack", argv, env)
             self.slack_url = f"http://127.0.0.1:{port}"
             services.wait_ready(
                 "local-slack", f"{self.slack_url}/_local/messages", 30, "the local Slack"
@@ -153,6 +174,15 @@ class Destinations:
             addresses["jira"] = f"{self.jira_url}/ (local Jira)"
         elif self.settings.jira.enabled:
             addresses["jira"] = self.jira_url
+        if self.operator:
+            port = pick_port(pagerduty_port)
+            argv = ["alerting", "local-pagerduty", "--port", str(port)]
+            services.start("local-pagerduty", argv, {})
+            self.pagerduty_url = f"http://127.0.0.1:{port}"
+            services.wait_ready(
+                "local-pagerduty", f"{self.pagerduty_url}/_local/alerts", 30, "the local PagerDuty"
+            )
+            addresses["pagerduty"] = f"{self.pagerduty_url}/ (local PagerDuty)"
         return addresses
 
     def local_settings(self) -> dict[str, dict[str, Any]]:
@@ -166,6 +196,15 @@ class Destinations:
             }
         if self.local_jira:
             config["jira"] = {"enabled": True, "url": self.jira_url}
+        if self.operator:
+            from anchorwatch.alerting.fakes.pagerduty import LOCAL_ROUTING_KEY
+
+            config["slack"]["signing_secret"] = self.signing_secret
+            config["pagerduty"] = {
+                "enabled": True,
+                "url": f"{self.pagerduty_url}/v2/enqueue",
+                "routing_key": LOCAL_ROUTING_KEY,
+            }
         return config
 
     def jira_summary(self, key: str) -> str | None:

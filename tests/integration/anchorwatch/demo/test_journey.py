@@ -1,6 +1,9 @@
 """The demo's flow as a test: Kong batches over HTTP through the ingest service, Kafka, the
 drift job submitted to the session cluster and the alerting service, then exactly what the
-local Slack and Jira received for each labelled incident."""
+local Slack, Jira and PagerDuty received for each labelled incident, and the operator
+features the demo exercises: a silence, an acknowledgement clicked in Slack, a gateway-wide
+data-quality fault grouped into one incident, paging, and the watchdog's notice once the
+drift job is killed."""
 
 from __future__ import annotations
 
@@ -11,9 +14,22 @@ import pytest
 import requests
 
 from anchorwatch.alerting.service import list_incidents
+from anchorwatch.alerting.store import Store
+from anchorwatch.demo.journey_checks import after_ack
+from anchorwatch.demo.journey_results import summary_lines
 from tests.support.journey import JourneyRun, state_path
 
+WATCHDOG = "anchorwatch:watchdog"
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def store_rows(run: JourneyRun, incident_id: str) -> list[dict[str, Any]]:
+    store = Store(state_path(run), create=False)
+    try:
+        return store.outbox_rows(incident_id)
+    finally:
+        store.close()
 
 
 def _get(url: str) -> Any:
@@ -26,7 +42,8 @@ def test_each_labelled_incident_reaches_slack_and_jira_exactly_once(
     journey_run: JourneyRun,
 ) -> None:
     run, report = journey_run, journey_run.report
-    log = "\n".join(run.output)
+    log = "\n".join(run.output + summary_lines(report))
+    print(log)  # what the demo printed (pytest -rP shows it)
     assert report.outcome is not None, log
     assert report.comparison is not None, log
     # Every labelled incident alerted once, after at most 3 of its windows; nothing else.
@@ -41,18 +58,67 @@ def test_each_labelled_incident_reaches_slack_and_jira_exactly_once(
     assert report.entries_rejected == report.dead_letters > 0
     assert report.events_accepted + report.entries_rejected == report.events_sent
 
-    incidents = {i.row.incident_id: i for i in list_incidents(state_path(run), open_only=False,
-                                                               limit=100)}  # fmt: skip
-    assert len(incidents) == len(run.plan.labels)
+    plan = report.plan
+    # The operator features, each counted by the run's own end check.
+    checks = {c.name: c for c in report.checks}
+    assert sorted(checks) == ["ack", "blindness", "group", "pagerduty", "silence"], log
+    assert all(c.ok for c in checks.values()), log
+    assert report.ok, log
+
+    listings = list_incidents(state_path(run), open_only=False, limit=100)
+    incidents = {i.row.incident_id: i for i in listings}
+    judged = [i for i in listings if i.row.rule != "group" and i.row.doc_type != WATCHDOG]
+    (group,) = [i for i in listings if i.row.rule == "group"]
+    (notice,) = [i for i in listings if i.row.doc_type == WATCHDOG]
+    # One incident per label: the gateway-wide fault's types are labelled (the group's
+    # members), as is the silenced incident.
+    assert len(judged) == len(plan.labels)
+    silenced = next(lab for lab in plan.labels if lab.kind == "jump")  # the first incident
+    gateway = [lab for lab in plan.labels if lab.kind == "gateway"]
+    posted = [lab for lab in plan.labels if lab.kind != "gateway" and lab != silenced]
+    assert len(gateway) >= 3
     messages = _get(f"{run.slack_url}/_local/messages")["messages"]
     issues = {i["key"]: i for i in _get(f"{run.jira_url}/_local/issues")["issues"]}
     parents = [m for m in messages if not m.get("thread_ts") and m.get("subtype") is None]
-    assert len(parents) == len(run.plan.labels)
-    assert len(issues) == len(run.plan.labels)
+    # A parent and a ticket per posted label, one for the group, one for the notice.
+    assert len(parents) == len(posted) + 2
+    assert len(issues) == len(posted) + 2
+
+    # The silenced label: judged, held by the silence, resolved; nobody was told.
+    (muted,) = [i for i in judged if i.row.doc_type == silenced.doc_type
+                and i.row.opened_at_ms <= silenced.end_ms + 2 * 60_000]  # fmt: skip
+    assert muted.row.state == "resolved"
+    assert (muted.row.held_by or "").startswith("silence ")
+    assert (muted.refs.slack_ts, muted.refs.jira_key) == (None, None)
+    drift_of = re.compile(rf"\[[A-Z]+\] Drift \w+: `{re.escape(silenced.doc_type)}`")
+    assert not [m for m in parents if drift_of.match(m["text"])]
+    # The group: one thread and one ticket; its members none of their own.
+    members = [i for i in judged if i.row.group_id == group.row.incident_id]
+    assert sorted(i.row.doc_type for i in members) == sorted(lab.doc_type for lab in gateway)
+    assert all(i.refs.slack_ts is None and i.refs.jira_key is None for i in members)
+    assert [m for m in parents if m["ts"] == group.refs.slack_ts]
+    assert group.refs.jira_key in issues
+    # The watchdog's notice reached Slack (and Jira) after the job was killed.
+    assert notice.refs.slack_ts is not None
+    assert notice.refs.jira_key in issues
+    # PagerDuty: each critical incident people were told of, triggered once.
+    alerts = _get(f"{run.journey.destinations.pagerduty_url}/_local/alerts")["alerts"]
+    paged = {a["dedup_key"]: a for a in alerts}
+    assert len(paged) == len(alerts)
+    for i in [*judged, group, notice]:
+        told = i.refs.slack_ts is not None and i.row.severity == "critical"
+        assert (f"anchorwatch/{i.row.incident_id}" in paged) == told, i.row
+        if told:
+            events = paged[f"anchorwatch/{i.row.incident_id}"]["events"]
+            assert events.count("trigger") == 1
+            assert ("resolve" in events) == (i.row.state == "resolved" and i is not notice)
 
     for found in report.outcome.found:
+        if found.label not in posted:
+            continue
         (alert,) = found.alerts
         doc = found.label.doc_type
+        acked = found.label.kind == "ramp"  # acknowledged from Slack by the run
         listing = incidents[alert.incident_id]
         assert (listing.row.state, listing.row.doc_type) == ("resolved", doc)
         ts, key = listing.refs.slack_ts, listing.refs.jira_key
@@ -71,7 +137,19 @@ def test_each_labelled_incident_reaches_slack_and_jira_exactly_once(
                  for m in thread]  # fmt: skip
         assert kinds[-1] == "Resolved:", kinds
         updates = kinds[:-1]
-        assert updates, kinds
+        if acked:
+            # The click: the parent says so, a reply too; no progress update after it.
+            assert listing.row.acked_by is not None
+            assert "Acknowledged by" in str(parent["blocks"]), parent
+            # No progress update after it; an escalation still goes out, as an Update.
+            at = kinds.index("Acknowledged")
+            later = after_ack(store_rows(run, alert.incident_id))
+            assert later is not None
+            assert later[0] == 0, later
+            assert kinds[at:].count("Update") == later[1]["slack"], (kinds, later)
+            updates = kinds[:at] + [k for k in kinds[at + 1 : -1] if k != "Acknowledged"]
+        else:
+            assert updates, kinds
         assert updates == ["Update", "chart"] * (len(updates) // 2), kinds
         for m in thread:
             for file_id in m.get("files", []):
@@ -91,6 +169,11 @@ def test_each_labelled_incident_reaches_slack_and_jira_exactly_once(
         assert [t["to"] for t in issue["transitions"]] == ["Done"]
         comments = [c.split(" ")[0] for c in issue["comments"]]
         assert comments[-1] == "Resolved", comments
+        if acked:
+            at = comments.index("Acknowledged")
+            assert later is not None
+            assert comments[at:].count("Update,") == later[1]["jira"], comments
+            comments = [c for c in comments if c != "Acknowledged"]
         assert set(comments[:-1]) <= {"Update,"}, comments
         # Jira comments are paced (jira.comment_interval_s): at most one per update.
         assert len(comments) - 1 <= updates.count("Update")
