@@ -28,7 +28,6 @@ from anchorwatch.contracts.models import (
     SnapshotEvent,
     SnapshotSummary,
     Verdict,
-    VersionedSnapshotEvent,
     WindowAggregate,
     verdict_id,
 )
@@ -51,7 +50,6 @@ __all__ = [
     "SnapshotEvent",
     "SnapshotSummary",
     "Verdict",
-    "VersionedSnapshotEvent",
     "WindowAggregate",
     "decode",
     "decode_baseline",

@@ -180,10 +180,6 @@ class SnapshotEvent(_Contract):
         return sum(1 for a in self.anchors if a.recommendation == RESAMPLE)
 
 
-#: The snapshot event's former name for the event with ``model``: one model now.
-VersionedSnapshotEvent = SnapshotEvent
-
-
 class SnapshotSummary(_Contract):
     """A snapshot event without its anchor log: what the drift job reads, on the summaries
     topic (``topics.summaries``) next to the full event on the snapshots topic. Its JSON is

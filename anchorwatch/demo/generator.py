@@ -37,7 +37,6 @@ from anchorwatch.contracts.models import (
     AnchorSnapshot,
     ModelVersion,
     SnapshotEvent,
-    VersionedSnapshotEvent,
 )
 from anchorwatch.demo.malformed import malformed_line
 
@@ -445,15 +444,15 @@ def _event(
         "source": "generator",
     }
     # Only a test run of a model asks for the version; other traffic stays as it was.
-    make = SnapshotEvent if config.model is None else VersionedSnapshotEvent
+
     if config.model is not None:
         common["model"] = config.model
     if zero:  # the "stuck at zero" signature: nothing counted, nothing logged
-        return make(**common, snapshot_status="active", anchor_count=0, anchors=[])
+        return SnapshotEvent(**common, snapshot_status="active", anchor_count=0, anchors=[])
     if disabled:  # the gateway counted anchors but did not snapshot them
-        return make(**common, snapshot_status="disabled", anchor_count=count, anchors=[])
+        return SnapshotEvent(**common, snapshot_status="disabled", anchor_count=count, anchors=[])
     level = profile.base_drift + offset + rng.gauss(0.0, profile.spread * _REQUEST_SHARE)
-    return make(
+    return SnapshotEvent(
         **common,
         snapshot_status="active",
         anchor_count=count,
@@ -473,11 +472,11 @@ def answered_event(
     noise: float,
     anchors_mean: float,
     model: str | None,
-) -> VersionedSnapshotEvent:
+) -> SnapshotEvent:
     """One request answered by ``model`` whose anchors scatter (sd ``noise``) around
     ``level``, the document's drift under that model: the unit of a model's test run."""
     count = max(1, round(rng.gauss(anchors_mean, anchors_mean * 0.3)))
-    return VersionedSnapshotEvent(
+    return SnapshotEvent(
         event_id=event_id,
         event_time_ms=event_time_ms,
         doc_type=doc_type,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from anchorwatch.contracts import VersionedSnapshotEvent, decode
+from anchorwatch.contracts import SnapshotEvent, decode
 from anchorwatch.demo.release_run import ReleaseRunConfig, TypeTruth, release_run
 from anchorwatch.gate import GateConfig, GateDataError, GateReport, RunTally, judge
 from anchorwatch.gate_stats import Sample, t_cdf, t_quantile, welch_interval
@@ -22,7 +22,7 @@ NEW, OLD = "summarizer-2.1", "summarizer-2.0"
 def run_gate(run: ReleaseRunConfig, lines: list[bytes] | None = None, **config: Any) -> GateReport:
     tally = RunTally(GateConfig.model_validate({"candidate": NEW, "against": OLD, **config}))
     for line in release_run(run) if lines is None else lines:
-        tally.add(decode(VersionedSnapshotEvent, line))
+        tally.add(decode(SnapshotEvent, line))
     return judge(tally)
 
 

@@ -11,7 +11,7 @@ from statistics import fmean
 import orjson
 import pytest
 
-from anchorwatch.contracts import VersionedSnapshotEvent, decode
+from anchorwatch.contracts import SnapshotEvent, decode
 from anchorwatch.demo.generator import TrafficConfig, generate
 from anchorwatch.demo.release_run import ReleaseRunConfig, TypeTruth, release_run
 
@@ -52,7 +52,7 @@ def test_a_release_run_holds_its_truth() -> None:
         types=(TypeTruth("invoice", 0.40, 0.05, docs=600), TypeTruth("nda", 0.6, -0.1, docs=600)),
         other_models=("exp-9",),
     )
-    events = [decode(VersionedSnapshotEvent, line) for line in release_run(config)]
+    events = [decode(SnapshotEvent, line) for line in release_run(config)]
     counts = Counter((e.model, e.doc_type) for e in events)
     assert counts == {
         (model, doc_type): 600
