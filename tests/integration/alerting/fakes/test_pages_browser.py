@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from anchorwatch.alerting.fakes.slack import LocalSlack
 from anchorwatch.alerting.http import Endpoint
 from anchorwatch.alerting.notify import ManualClock
 from anchorwatch.alerting.service import list_incidents
+from anchorwatch.alerting.silence_book import SilenceBook
 from anchorwatch.alerting.slack_actions import SlackInteractions
 from anchorwatch.demo.journey_services import slack_permalink
 from tests.support.alerting import lifecycle
@@ -246,5 +248,19 @@ def test_acknowledge_clicked_on_the_local_slack_edits_the_parent(
         reply = browser.find_element(By.CSS_SELECTOR, ".reply").text
         assert "Acknowledged by @U0LOCAL" in reply
         _screenshot(browser, tmp_path, "local-slack-acknowledged.png")
+
+        # Silence 1 h: a silence of the incident's doc type, by whoever clicked.
+        buttons[0].click()
+        WebDriverWait(browser, 10).until(
+            lambda d: "made by" in d.find_element(By.CSS_SELECTOR, ".click-result").text
+        )
+        book = SilenceBook(h.settings.alerting.state_dir)
+        try:
+            (silence,) = book.active(int(time.time() * 1000))
+        finally:
+            book.close()
+        assert (silence.doc_type, silence.incident_id) == ("invoice", None)
+        assert 3590 * 1000 <= silence.ends_ms - silence.starts_ms <= 3600 * 1000
+        assert "U0LOCAL" in silence.author
     finally:
         endpoint.stop()
