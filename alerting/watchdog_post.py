@@ -205,12 +205,6 @@ class NoticePoster:
             },
         )
 
-    def keep(self) -> None:
-        """Nothing to do any more: the notice's row is stored open while the notice is open,
-        and the store prunes resolved rows only (the row used to be stored resolved and
-        was rewritten daily so that a long blindness kept its thread and ticket). Kept for
-        the watchdog runner, which calls it on every tick."""
-
     def _view(
         self,
         notice: Notice,

@@ -134,7 +134,6 @@ class WatchdogRunner:
         posted = False
         for at_s, sample in samples:
             posted |= self._check(at_s, sample, consumed_ms)
-        self.poster.keep()
         return posted
 
     def _check(self, at_s: float, sample: Sample | None, consumed_ms: int) -> bool:

@@ -12,6 +12,7 @@ keeps the credentials file fresh: a task checks it every ``ingest.credentials_po
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import math
@@ -45,13 +46,20 @@ def out_of_scope(gateway: creds.Gateway, doc_type: str) -> ContractError:
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _own_source(source: str) -> bytes:
+    """``"source":"<name>"`` as the event's encoding writes it: made once per gateway, not
+    per event."""
+    return b'"source":' + orjson.dumps(source)
+
+
 def other_source(gateway: creds.Gateway, value: bytes) -> ContractError | None:
     """An NDJSON event that names a source other than its gateway: a gateway writes as
     itself. Events are encoded compactly with their fields in a fixed order and anchors of
     fixed fields, so ``,"source":`` outside a string is the event's own and the last one;
     inside a string its quotes would be escaped."""
     at = value.rfind(b',"source":')
-    if at >= 0 and value.startswith(b'"source":' + orjson.dumps(gateway.source), at + 1):
+    if at >= 0 and value.startswith(_own_source(gateway.source), at + 1):
         return None
     return ContractError(
         SnapshotEvent.__name__,
