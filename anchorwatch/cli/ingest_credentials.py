@@ -15,13 +15,12 @@ from typing import Any
 
 import click
 
+from anchorwatch.alerting.silences import SilenceError, parse_duration
 from anchorwatch.cli.common import load_settings
 from anchorwatch.connectors import credentials as creds
 from anchorwatch.connectors.settings import IngestSettings
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-_DURATION = re.compile(r"^(\d+)([dhm])$")
-_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
 
 
 def _file(ctx: click.Context, given: Path | None) -> Path:
@@ -40,8 +39,11 @@ def _when(option: str, value: str | None) -> datetime | None:
     """An ISO 8601 date or time (UTC unless it says), or a span from now: 90d, 12h, 30m."""
     if value is None:
         return None
-    if match := _DURATION.match(value.strip()):
-        span = timedelta(**{_UNITS[match[2]]: int(match[1])})
+    try:  # a span, as silences take them
+        span = timedelta(seconds=parse_duration(value))
+    except SilenceError:
+        pass
+    else:
         return datetime.now(UTC).replace(microsecond=0) + span
     try:
         when = datetime.fromisoformat(value.strip())
