@@ -249,6 +249,13 @@ def _blindness(operator: Operator) -> Check:
     if log.notice_at is None:
         return Check("blindness", False, "no watchdog notice in Slack after the kill")
     took = log.notice_at - log.killed_at
+    if took < 0:
+        # Blind before the kill: the notice says nothing about noticing a dead job.
+        return Check(
+            "blindness",
+            False,
+            f"the watchdog's notice reached Slack {-took:.0f}s before the job was killed",
+        )
     return Check(
         "blindness",
         took <= NOTICE_WITHIN_S,
