@@ -6,12 +6,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 NATIVE := connectors/native
 
-.PHONY: demo test system lint unit integration jvm clean fuzz fuzz-corpus mutate
+.PHONY: demo test system lint unit integration jvm jvm-test clean fuzz fuzz-corpus mutate
 
 demo: $(VENV)/.installed jvm          ## the whole pipeline as deployed, end to end, on this machine
 	$(BIN)/anchorwatch demo
 
-test: system lint $(VENV)/.installed jvm  ## lint, types, unit and integration tests
+test: system lint $(VENV)/.installed jvm jvm-test  ## lint, types, unit and integration tests
 	$(BIN)/pytest
 
 # The system packages the tests use beyond the build (README, The two commands): a clear
@@ -41,6 +41,9 @@ integration: $(VENV)/.installed jvm
 
 jvm: $(VENV)/.installed
 	$(BIN)/anchorwatch jvm fetch
+
+jvm-test:  ## the drift job's Java unit tests (the jar itself builds without JUnit)
+	mvn -q -f jobs/jvm/pom.xml test
 
 $(VENV)/.installed: pyproject.toml $(NATIVE)/Cargo.toml $(NATIVE)/Cargo.lock $(wildcard $(NATIVE)/src/*.rs)
 	@command -v cargo >/dev/null || { echo "cargo not found: installing anchorwatch compiles its Rust extension (Rust >= 1.85, e.g. through rustup)"; exit 1; }

@@ -17,6 +17,7 @@ class SnapshotReader:
         request_id_locations: list[str],
         accepted: type[Accepted],
         model_from: str,
+        summary_header: bytes,
     ) -> None: ...
     def kong(
         self, body: bytes, source: str, earliest_ms: int, latest_ms: int

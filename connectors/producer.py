@@ -44,7 +44,7 @@ from anchorwatch.connectors.publisher import (
 )
 from anchorwatch.connectors.records import Rejected
 from anchorwatch.connectors.settings import IngestOptions
-from anchorwatch.connectors.validation import Accepted, summary_of
+from anchorwatch.connectors.validation import Accepted
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.kafkaio import check_access, client_config, producer_max_bytes, record_limit
 from anchorwatch.settings import KafkaSettings, TopicSettings
@@ -354,7 +354,7 @@ class AckingProducer:
         events: list[_Message] = [{"key": a.doc_type.encode(), "value": a.value} for a in accepted]
         # Each event's summary, in the same order (none when the topic is not set).
         summaries: list[_Message] = (
-            [{"key": m["key"], "value": summary_of(m["value"])} for m in events]
+            [{"key": a.doc_type.encode(), "value": a.summary_record()} for a in accepted]
             if self._topics.summaries
             else []
         )

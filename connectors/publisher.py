@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Final, Literal
 
 import annotated_types
+import orjson
 from confluent_kafka import KafkaError, Message, Producer
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from anchorwatch.connectors.validation import Accepted, summary_of
+from anchorwatch.connectors.validation import Accepted
 from anchorwatch.contracts import (
     AnchorSnapshot,
     ContractError,
@@ -29,6 +30,8 @@ from anchorwatch.contracts import (
     decode_snapshot,
     encode,
 )
+from anchorwatch.contracts.breakdown import KINDS, TOP_ANCHORS_PER_EVENT
+from anchorwatch.contracts.models import KindFigures, TopAnchor
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.kafkaio import FRAMING_BYTES, client_config, producer_max_bytes, record_limit
 from anchorwatch.settings import KafkaSettings, TopicSettings
@@ -100,7 +103,15 @@ def contract_max_bytes() -> int:
         m for m in SnapshotEvent.model_fields["doc_type"].metadata
         if isinstance(m, annotated_types.MaxLen)
     )  # fmt: skip
-    return len(encode(_worst(SnapshotEvent))) + 4 * doc_type.max_length
+    # The breakdown's figures are built from the anchors (validated: the worst anchors'
+    # unvalidated values would fail), so they are bounded on their own: every kind, each
+    # top anchor at its longest.
+    worst = _worst(SnapshotEvent).model_dump(
+        mode="json", exclude_none=True, exclude={"kinds", "top_anchors"}
+    )
+    worst["kinds"] = {kind: _worst(KindFigures).model_dump(mode="json") for kind in KINDS}
+    worst["top_anchors"] = [_worst(TopAnchor).model_dump(mode="json")] * TOP_ANCHORS_PER_EVENT
+    return len(orjson.dumps(worst)) + 4 * doc_type.max_length
 
 
 class DeliveryError(AnchorwatchError):
@@ -207,18 +218,16 @@ class SnapshotPublisher:
         return event
 
     def publish(self, event: SnapshotEvent) -> None:
-        self._publish(event.doc_type.encode(), encode(event))
+        self.publish_record(Accepted(event.event_id, event.doc_type, encode(event)))
 
     def publish_record(self, record: Accepted) -> None:
         """Produce an event that is already validated and encoded."""
-        self._publish(record.doc_type.encode(), record.value)
-
-    def _publish(self, key: bytes, value: bytes) -> None:
+        key = record.doc_type.encode()
         self.stats.accepted += 1
-        self._produce(self._topics.snapshots, key, value)
+        self._produce(self._topics.snapshots, key, record.value)
         if self._topics.summaries:
             self.stats.summaries += 1
-            self._produce(self._topics.summaries, key, summary_of(value))
+            self._produce(self._topics.summaries, key, record.summary_record())
 
     def reject(self, raw: bytes, error: ContractError) -> None:
         self.stats.rejected += 1

@@ -33,18 +33,23 @@ import orjson
 from anchorwatch.connectors._native import SnapshotReader
 from anchorwatch.connectors.kong import (
     DEFAULT_FORMAT,
-    NOT_JSON,
     KongFormat,
     KongNotes,
     json_kind,
     kong_record,
     redacted,
-    split_entries,
-    unreadable_entry,
 )
+from anchorwatch.connectors.kong_split import NOT_JSON, split_entries, unreadable_entry
 from anchorwatch.connectors.publisher import tight
-from anchorwatch.connectors.validation import Accepted, TimeWindow, snapshot_record
-from anchorwatch.contracts import ContractError, FieldProblem, SnapshotEvent
+from anchorwatch.connectors.validation import (
+    Accepted,
+    ContractChanged,
+    TimeWindow,
+    snapshot_record,
+    summary_of,
+)
+from anchorwatch.contracts import ContractError, FieldProblem, SnapshotEvent, encode
+from anchorwatch.contracts.avro import MARKER, summary_fingerprint
 
 Format = Literal["kong", "ndjson"]
 
@@ -90,11 +95,41 @@ def _reader(fmt: KongFormat) -> SnapshotReader:
         list(fmt.request_id_locations),
         Accepted,
         fmt.model_from,
+        MARKER + summary_fingerprint(),
     )
 
 
 # Without a window, the contract's own bounds (2000-01-01 .. 2100-01-01).
 _ANY_TIME: Final = (946_684_800_000, 4_102_444_800_000 - 1)
+
+
+def check_native_summary() -> None:
+    """Raise ContractChanged unless the compiled path writes the summaries topic's records
+    as ``contracts.avro.encode_summary`` does (connectors/native/src/summary.rs mirrors the
+    schema's layout): on an event with every field, and on one with none but the required."""
+    anchors = [
+        {"anchor_id": i, "position": p, "l2_norm": 1.5, "cosine_angle": 0.5,
+         "kl_divergence": 0.25, "drift_score": d, "recommendation": r}
+        for i, p, d, r in [("SECTION_1", 9, 0.5, "none"), ("TABLE_001", 70_000, 0.9, "re-sample"),
+                           ("\u00e9_x", 3, 0.9, "none"), ("OTHER", 1, 0.125, "none")]
+    ]  # fmt: skip
+    full = {
+        "event_id": "req-\u00e9", "event_time_ms": 1_764_403_200_000, "doc_type": "invoice",
+        "snapshot_status": "active", "anchor_count": 300, "anchors": anchors,
+        "source": "gw", "model": "summarizer-2.1", "latency_ms": 1_234_567,
+    }  # fmt: skip
+    bare = full | {"anchors": [], "anchor_count": 0, "source": None, "model": None}
+    for data in (full, bare | {"latency_ms": None}):
+        line = encode(SnapshotEvent.model_validate(data))
+        accepted = _reader(DEFAULT_FORMAT).ndjson_line(line, "x", *_ANY_TIME)
+        if accepted is None or accepted.summary != summary_of(accepted.value):
+            raise ContractChanged(
+                "the summaries topic's record is not what connectors/native writes: mirror "
+                "contracts.avro.encode_summary in connectors/native/src/summary.rs"
+            )
+
+
+check_native_summary()
 
 
 def _bounds(window: TimeWindow | None) -> tuple[int, int]:

@@ -5,7 +5,8 @@ The pydantic model ``SnapshotEvent`` is the contract and stays the authority. Bu
 the ingest service most of its CPU, so the accept path is compiled: ``_native`` (Rust,
 ``connectors/native/``) reads a Kong body or an NDJSON line in one pass, checks the
 contract's fields and cross-field rules, computes the derived figures as the model does and
-writes the record as ``contracts.encode`` would, byte for byte.
+writes the record as ``contracts.encode`` would, byte for byte, and its summary as
+``summary_of`` would (``records.check_native_summary`` compares the two at import).
 
 It decides only what is accepted, never what an error says: whatever it refuses goes
 through the model itself (``snapshot_record``), whose ``ContractError`` names the fields.
@@ -42,27 +43,39 @@ from anchorwatch.contracts import (
     validate,
 )
 from anchorwatch.contracts.avro import encode_summary
+from anchorwatch.contracts.breakdown import KINDS, TOP_ANCHORS_PER_EVENT
 from anchorwatch.contracts.models import doc_type_text, model_version_text
 
 
 class Accepted(NamedTuple):
-    """A valid snapshot event, encoded for the snapshots topic (keyed by doc type)."""
+    """A valid snapshot event, encoded for the snapshots topic (keyed by doc type), with
+    its summaries-topic record (``summary_of(value)``; the compiled path writes it in the
+    same pass, and None here means: not made yet)."""
 
     event_id: str
     doc_type: str
     value: bytes
+    summary: bytes | None = None
+
+    def summary_record(self) -> bytes:
+        return self.summary if self.summary is not None else summary_of(self.value)
 
 
 _ANCHORS_MEMBER: Final = b',"anchors":['
 _AFTER_ANCHORS: Final = b'],"'
+_KINDS_MEMBER: Final = b',"kinds":{'
+# The summary's fields a snapshot event's JSON leaves out when None (contracts.encode).
+_OPTIONAL: Final = ("source", "model", "latency_ms")
 
 
 def summary_of(value: bytes) -> bytes:
     """The summaries-topic record (``SnapshotSummary`` in Avro's single-object encoding,
     ``contracts.avro``) of an encoded snapshot event: the figures the drift job needs, in a
-    form it decodes without reading text."""
+    form it decodes without reading text. ``encode_summary`` gets every field of
+    ``SnapshotSummary`` by name (None where the event has none)."""
     fields = orjson.loads(_without_anchors(value))
-    fields.setdefault("source", None)
+    for name in _OPTIONAL:
+        fields.setdefault(name, None)
     return encode_summary(fields)
 
 
@@ -70,14 +83,18 @@ def _without_anchors(value: bytes) -> bytes:
     """The event's JSON with the ``anchors`` member cut out (``SnapshotSummary``'s JSON).
 
     Sound on what ``contracts.encode`` (or the compiled path) writes: compact JSON, the
-    anchors member after ``anchor_count``, then only strings and numbers. Inside a JSON
-    string every ``"`` is escaped, so ``,"anchors":[`` and ``],"`` with a bare quote only
-    occur as structure, and no array follows the anchors: the last ``],"`` closes them
-    (searched from the end, the shorter way). Parsing this, not the whole event, saves
+    anchors member after ``anchor_count``, then strings and numbers up to ``kinds`` (an
+    object), then ``top_anchors`` (an array). Inside a JSON string every ``"`` is escaped,
+    so ``,"anchors":[``, ``,"kinds":{`` and ``],"`` with a bare quote only occur as
+    structure, and ``kinds`` is no key of an anchor: the last ``,"kinds":{`` is the member
+    (searched from the end, past at most three top anchors), and the last ``],"`` before
+    it closes the anchors (past a few scalars). Parsing this, not the whole event, saves
     reading the anchor log a second time.
     """
     start = value.index(_ANCHORS_MEMBER)
-    end = value.rindex(_AFTER_ANCHORS, start + len(_ANCHORS_MEMBER) - 1)
+    kinds = value.rfind(_KINDS_MEMBER, start)
+    stop = kinds if kinds >= 0 else len(value)  # an event written before the breakdown
+    end = value.rindex(_AFTER_ANCHORS, start + len(_ANCHORS_MEMBER) - 1, stop)
     return value[:start] + value[end + 1 :]
 
 
@@ -87,7 +104,9 @@ class ContractChanged(ImportError):
 
 # The model-level rules the compiled path mirrors (lib.rs, Event::encode).
 _MIRRORED_VALIDATORS: Final = {"_anchors_fit_count"}
-_DERIVED: Final = ("mean_drift", "max_drift", "max_kl_divergence", "resample_count")
+_DERIVED: Final = (
+    "mean_drift", "max_drift", "max_kl_divergence", "resample_count", "kinds", "top_anchors",
+)  # fmt: skip
 # The one pattern of the contract: no control characters.
 _PRINTABLE: Final = r"^[^\x00-\x1f\x7f]+$"
 # A pydantic bound -> its name in the description.
@@ -186,6 +205,13 @@ def check_native_contract() -> None:
         raise ContractChanged(
             f"RESAMPLE is {RESAMPLE!r}; connectors/native counts {native['RESAMPLE']!r}"
         )
+    # The breakdown's rules (contracts.breakdown) the compiled path writes (encode.rs).
+    breakdown = {"KINDS": list(KINDS), "TOP_ANCHORS_PER_EVENT": TOP_ANCHORS_PER_EVENT}
+    for name, value in breakdown.items():
+        if native[name] != value:
+            raise ContractChanged(
+                f"breakdown.{name} is {value!r}; connectors/native writes {native[name]!r}"
+            )
     for model in (AnchorSnapshot, SnapshotEvent):
         fields = describe(model)
         if list(fields) != list(native[model.__name__]):
@@ -253,4 +279,5 @@ def snapshot_record(data: Any, window: TimeWindow | None = None) -> Accepted:
     model = validate(SnapshotEvent, data)
     if window is not None and (problem := window.problem(model.event_time_ms)) is not None:
         raise ContractError(SnapshotEvent.__name__, [FieldProblem("event_time_ms", problem)])
-    return Accepted(model.event_id, model.doc_type, encode(model))
+    value = encode(model)
+    return Accepted(model.event_id, model.doc_type, value, summary_of(value))

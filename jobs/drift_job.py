@@ -4,7 +4,8 @@
       valid    -> split by the watermark:                                                |
       on time  -> tumbling event-time windows per doc type: count, mean, max, p95,       |
                   stddev, anchors, data-quality shares, mean KL, each event_id once      |
-                  (`deduplicate`; WindowFiguresOperator, a small record per event)       |
+                  (`deduplicate`; WindowFiguresOperator, a small record per event), and  |
+                  the breakdown (anchor kinds, top anchors, models, latency p50/p95)     |
       late     -> SQL: tallied per doc type every `late_report_s` (processing time)      |
       invalid  -> SQL: dead-letter topic (field and reason named; partition and offset   |
                   kept), including records that are not JSON objects (their text kept)   |
@@ -39,6 +40,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
 from pyflink.common import Row, Types
 from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.datastream.functions import KeyedCoProcessFunction, RuntimeContext
@@ -71,20 +73,33 @@ log = logging.getLogger(__name__)
 #: quarter of the normal level diagnosed. 4: ids remembered per window and late interval
 #: (a copy arriving after its window fired is tallied late), figures summed in arrival order.
 #: 5: the per-event path in the JVM; an event that finds its window fired (its partition
-#: idle meanwhile) is tallied late instead of dropped.
-JOB_VERSION = "5"
+#: idle meanwhile) is tallied late instead of dropped. 6: the window's breakdown
+#: (anchorwatch.contracts.breakdown: kinds, top anchors, models, latency).
+JOB_VERSION = "6"
 
 SNAPSHOTS = "snapshots"
 BASELINES = "baselines"
 VERDICTS = "verdicts"
 DEAD_LETTER = "dead_letter"
 
-# Window figures handed from SQL to the per-window Python code, in this order.
+# Window figures handed from SQL to the per-window Python code, in this order (jobs/jvm
+# DriftFront.WINDOW_COLUMNS). `breakdown`: the window's breakdown as JSON (WindowBreakdown).
 WINDOW_FIELDS = (
     "doc_type", "kind", "window_start_ms", "window_end_ms", "request_count", "mean_drift",
     "max_drift", "p95_drift", "stddev_drift", "anchor_count", "disabled_share",
-    "zero_anchor_share", "resample_share", "mean_kl_divergence", "letter",
+    "zero_anchor_share", "resample_share", "mean_kl_divergence", "breakdown", "letter",
 )  # fmt: skip
+
+
+def breakdown_figures(text: str | None) -> dict[str, Any]:
+    """The WindowAggregate fields of a window's ``breakdown`` column (kinds, top_anchors,
+    models, other_models, latency_count and, when a request had a latency, latency_p50_ms
+    and latency_p95_ms); none for a window without one. ``DocTypeJudge.judge`` checks them
+    against the contract."""
+    if not text:
+        return {}
+    figures: dict[str, Any] = orjson.loads(text)
+    return figures
 
 
 def seconds(value: float) -> str:
@@ -158,21 +173,44 @@ def _with(descriptor: Any, options: dict[str, str]) -> Any:
     return descriptor
 
 
-def declare_tables(t_env: StreamTableEnvironment, settings: JobSettings, *, bounded: bool) -> None:
+def declare_tables(
+    t_env: StreamTableEnvironment,
+    settings: JobSettings,
+    *,
+    bounded: bool,
+    breakdown: bool = False,
+) -> None:
+    """``breakdown``: the snapshots table has the breakdown's columns too (model,
+    latency_ms, and kinds and top_anchors as their JSON text)."""
     o, topics = settings.job, settings.topics
     start = "earliest-offset" if bounded else o.startup_mode
     bound = {"scan.bounded.mode": "latest-offset"} if bounded else {}
     delay_s = o.watermark_delay_ms / 1000
     # The snapshots as a table, with the columns, format and watermark the job's per-event
     # path (DriftFront) reads them with: for the benchmarks' read-parse-discard and the
-    # format's tests. The job itself does not scan this table.
+    # format's tests. The job itself does not scan this table. The Kafka table source
+    # decodes every column declared (no projection pushdown): the breakdown's are left out
+    # unless asked for, so read-parse-discard reads what the job read before the breakdown
+    # (the job's reading of it counts as its logic); the summaries' binary form would have
+    # to be written out as JSON text for them, which the job never does.
+    columns = (
+        checked_columns(Schema.new_builder())
+        .column("max_drift", DataTypes.DOUBLE())
+        .column("max_kl_divergence", DataTypes.DOUBLE())
+        .column("resample_count", DataTypes.INT())
+    )
+    if breakdown:
+        columns = (
+            columns.column("model", DataTypes.STRING())
+            .column("latency_ms", DataTypes.INT())
+            # JSON columns: the object's or array's text (format option json-columns).
+            .column("kinds", DataTypes.STRING())
+            .column("top_anchors", DataTypes.STRING())
+        )
     snapshots = (
         TableDescriptor.for_connector("kafka")
         .schema(
-            checked_columns(Schema.new_builder())
-            .column("max_drift", DataTypes.DOUBLE())
-            .column("max_kl_divergence", DataTypes.DOUBLE())
-            .column("resample_count", DataTypes.INT())
+            columns
             # Set (to the record's text) only for a record that is not a JSON object.
             .column(UNPARSABLE, DataTypes.STRING())
             .column_by_metadata("kafka_partition", DataTypes.INT(), "partition", True)
@@ -193,6 +231,7 @@ def declare_tables(t_env: StreamTableEnvironment, settings: JobSettings, *, boun
         # not a JSON object, in UNPARSABLE, instead of skipping it: one reader sees all.
         .option("format", "anchorwatch-json")
         .option("anchorwatch-json.payload-column", UNPARSABLE)
+        .option("anchorwatch-json.json-columns", "kinds;top_anchors")
     )
     t_env.create_temporary_table(SNAPSHOTS, _with(snapshots, {**_kafka(settings), **bound}).build())
 
@@ -438,7 +477,7 @@ _NULL_FIGURES = (
     ("mean_drift", "DOUBLE"), ("max_drift", "DOUBLE"), ("p95_drift", "DOUBLE"),
     ("stddev_drift", "DOUBLE"), ("anchor_count", "BIGINT"), ("disabled_share", "DOUBLE"),
     ("zero_anchor_share", "DOUBLE"), ("resample_share", "DOUBLE"),
-    ("mean_kl_divergence", "DOUBLE"),
+    ("mean_kl_divergence", "DOUBLE"), ("breakdown", "STRING"),
 )  # fmt: skip
 
 
@@ -492,6 +531,7 @@ class JudgeWindows(KeyedCoProcessFunction):  # type: ignore[misc]
             judge.add_late(figures["request_count"])
             self.late.update(judge.state.late)
             return
+        figures.update(breakdown_figures(figures.pop("breakdown")))
         verdict = judge.judge({"doc_type": doc_type, **figures})
         self.late.clear()
         self.flat.update(judge.state.flat_json())

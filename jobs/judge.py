@@ -12,9 +12,12 @@ pin in the policy's settings if it has one (a pin on the baseline record comes w
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final
+
+from pydantic import ValidationError
 
 from anchorwatch.contracts import ContractError, Verdict, WindowAggregate, decode_baseline
 from anchorwatch.contracts.models import Baseline, BaselinePin
@@ -25,6 +28,14 @@ from anchorwatch.policy.window import (
     judge_window,
     verdict_for,
 )
+
+log = logging.getLogger(__name__)
+
+#: A window's breakdown (anchorwatch.contracts.breakdown), as the drift job hands it over.
+BREAKDOWN_FIELDS: Final = (
+    "kinds", "top_anchors", "models", "other_models", "latency_count", "latency_p50_ms",
+    "latency_p95_ms",
+)  # fmt: skip
 
 
 @dataclass
@@ -100,10 +111,21 @@ class DocTypeJudge:
     def judge(self, figures: Mapping[str, Any]) -> Verdict:
         """The verdict on a closed window (``figures``: WindowAggregate fields, None for a
         figure not computed); the late tally so far goes into it and starts again."""
-        window = WindowAggregate(
-            late_count=self.state.late,
-            **{k: v for k, v in figures.items() if v is not None},
-        )
+        present = {k: v for k, v in figures.items() if v is not None}
+        try:
+            window = WindowAggregate(late_count=self.state.late, **present)
+        except ValidationError as exc:
+            # The job holds the breakdown to the contract; should a value still slip past
+            # it (a foreign producer's text Java and Python read apart), the window is
+            # judged without its breakdown rather than stop the job.
+            if not any(k in present for k in BREAKDOWN_FIELDS):
+                raise
+            log.warning(
+                "window breakdown refused by the contract; judged without it",
+                extra={"doc_type": present.get("doc_type"), "error": str(exc)},
+            )
+            core = {k: v for k, v in present.items() if k not in BREAKDOWN_FIELDS}
+            window = WindowAggregate(late_count=self.state.late, **core)
         self.state.late = 0
         self.state.flat = self.state.flat.after(window)
         judgement = judge_window(

@@ -24,6 +24,15 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from anchorwatch.contracts import breakdown
+from anchorwatch.contracts.breakdown import (
+    LATENCY_MAX_MS,
+    TOP_ANCHORS_PER_EVENT,
+    TOP_ANCHORS_PER_WINDOW,
+    TOP_MODELS_PER_WINDOW,
+    AnchorKind,
+)
+
 #: Bumped when a change to a model is not backward compatible; part of each schema's $id.
 SCHEMA_VERSION = 1
 
@@ -121,6 +130,40 @@ class AnchorSnapshot(_Contract):
     )
 
 
+class KindFigures(_Contract):
+    """The anchors of one kind (``breakdown.anchor_kind``) in a request or a window."""
+
+    anchor_count: int = Field(ge=1)
+    mean_drift: Probability
+    max_drift: Probability
+
+
+class TopAnchor(_Contract):
+    """One of the highest-drift anchors (``breakdown.top_anchors``); in a window, with the
+    request it came from."""
+
+    anchor_id: Identifier
+    position: int = Field(ge=0)
+    drift_score: Probability
+    event_id: Identifier | None = None
+
+
+class ModelFigures(_Contract):
+    """The requests of one model version in a window (``model`` None: they named none)."""
+
+    model: ModelVersion | None = None  # None is dropped on encode: absent reads as None
+    request_count: int = Field(ge=1)
+    mean_drift: Probability
+
+
+class OtherModels(_Contract):
+    """A window's requests of the models it does not list, summed."""
+
+    model_count: int = Field(ge=1, description="Distinct models, or more when untracked.")
+    request_count: int = Field(ge=1)
+    mean_drift: Probability
+
+
 class SnapshotEvent(_Contract):
     """One gateway request's semantic snapshot: the record on the snapshots topic, with the
     optional version of the model that answered it."""
@@ -140,6 +183,13 @@ class SnapshotEvent(_Contract):
     model: ModelVersion | None = Field(
         default=None,
         description="Version of the model that answered, e.g. summarizer-2.1; absent: unknown.",
+    )
+    latency_ms: int | None = Field(
+        default=None,
+        ge=0,
+        le=LATENCY_MAX_MS,
+        description="The request's latency as the gateway measured it (Kong's "
+        "latencies.request); absent: unknown.",
     )
 
     @model_validator(mode="after")
@@ -179,6 +229,23 @@ class SnapshotEvent(_Contract):
     def resample_count(self) -> int:
         return sum(1 for a in self.anchors if a.recommendation == RESAMPLE)
 
+    # Where in the document (``breakdown``): per anchor kind, and the worst anchors.
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def kinds(self) -> dict[AnchorKind, KindFigures]:
+        return {
+            kind: KindFigures(anchor_count=n, mean_drift=mean, max_drift=top)  # type: ignore[misc]
+            for kind, (n, mean, top) in breakdown.kind_figures(self.anchors).items()
+        }
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def top_anchors(self) -> list[TopAnchor]:
+        return [
+            TopAnchor(anchor_id=a.anchor_id, position=a.position, drift_score=a.drift_score)
+            for a in breakdown.top_anchors(self.anchors, TOP_ANCHORS_PER_EVENT)
+        ]
+
 
 class SnapshotSummary(_Contract):
     """A snapshot event without its anchor log: what the drift job reads, on the summaries
@@ -192,10 +259,15 @@ class SnapshotSummary(_Contract):
     snapshot_status: SnapshotStatus
     anchor_count: int = Field(ge=0, le=100_000)
     source: str | None = Field(default=None, max_length=200)
+    model: ModelVersion | None = None
+    latency_ms: int | None = Field(default=None, ge=0, le=LATENCY_MAX_MS)
     mean_drift: Probability
     max_drift: Probability
     max_kl_divergence: NonNegative
     resample_count: int = Field(ge=0, le=10_000)
+    # Absent from a writer before they existed: read as none.
+    kinds: dict[AnchorKind, KindFigures] = Field(default_factory=dict)
+    top_anchors: list[TopAnchor] = Field(default_factory=list, max_length=TOP_ANCHORS_PER_EVENT)
 
     @classmethod
     def of(cls, event: SnapshotEvent) -> SnapshotSummary:
@@ -219,6 +291,14 @@ class WindowAggregate(_Contract):
     resample_share: Probability | None = None
     mean_kl_divergence: NonNegative | None = None
     late_count: int | None = Field(default=None, ge=0)
+    # The breakdown (``breakdown``): absent from a job before it, read as unknown.
+    kinds: dict[AnchorKind, KindFigures] | None = None
+    top_anchors: list[TopAnchor] | None = Field(default=None, max_length=TOP_ANCHORS_PER_WINDOW)
+    models: list[ModelFigures] | None = Field(default=None, max_length=TOP_MODELS_PER_WINDOW)
+    other_models: OtherModels | None = None
+    latency_count: int | None = Field(default=None, ge=0, description="Requests with a latency.")
+    latency_p50_ms: int | None = Field(default=None, ge=0, le=LATENCY_MAX_MS)
+    latency_p95_ms: int | None = Field(default=None, ge=0, le=LATENCY_MAX_MS)
 
     @model_validator(mode="after")
     def _window_ordered(self) -> WindowAggregate:
@@ -416,6 +496,14 @@ class DriftEvidence(_Contract):
     request_count: int = Field(ge=0)
     baseline_version: str | None = None
     reasons: list[Reason] = Field(default_factory=list)
+    # Where, which model, at what cost: the window's breakdown (``breakdown``), when the
+    # job carried one.
+    kinds: dict[AnchorKind, KindFigures] | None = None
+    top_anchors: list[TopAnchor] | None = Field(default=None, max_length=TOP_ANCHORS_PER_WINDOW)
+    models: list[ModelFigures] | None = Field(default=None, max_length=TOP_MODELS_PER_WINDOW)
+    other_models: OtherModels | None = None
+    latency_p50_ms: int | None = Field(default=None, ge=0, le=LATENCY_MAX_MS)
+    latency_p95_ms: int | None = Field(default=None, ge=0, le=LATENCY_MAX_MS)
 
 
 class DriftEvent(_Contract):

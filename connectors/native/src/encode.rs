@@ -1,28 +1,66 @@
 //! Writing an accepted event as `contracts.encode` writes it, byte for byte: the fields in
 //! model order, then the computed ones (mean and max drift, max KL divergence, re-sample
-//! count) as Python computes them.
+//! count, the figures per anchor kind and the top anchors) as Python computes them.
 
 use serde_json::ser::{CompactFormatter, Formatter};
 
-use super::snapshot::{Event, RESAMPLE};
+use super::snapshot::{Anchor, Event, KINDS, RESAMPLE, TOP_ANCHORS_PER_EVENT};
 
-impl Event<'_, '_> {
-    /// The encoded event, or None where the contract (or a doubt) refuses it, or its time
-    /// lies outside `window` (earliest, latest; inclusive: `validation.TimeWindow`).
-    pub(crate) fn encode(&self, compensated_sum: bool, window: (i64, i64)) -> Option<Vec<u8>> {
-        if !self.valid(window) {
-            return None;
-        }
-        let drifts = self.anchors.iter().map(|a| a.drift_score);
-        let (mean_drift, max_drift, max_kl_divergence) = if self.anchors.is_empty() {
+/// The figures `SnapshotEvent` computes from its anchors (its computed fields).
+pub(crate) struct Figures<'e, 'a> {
+    pub(crate) mean_drift: f64,
+    pub(crate) max_drift: f64,
+    pub(crate) max_kl_divergence: f64,
+    pub(crate) resample_count: i64,
+    /// Per kind in `KINDS` order: (anchor count, mean drift, max drift); None: no anchor.
+    pub(crate) kinds: [Option<(usize, f64, f64)>; 8],
+    pub(crate) top_anchors: Vec<&'e Anchor<'a>>,
+}
+
+impl<'e, 'a> Figures<'e, 'a> {
+    fn of(anchors: &'e [Anchor<'a>], compensated_sum: bool) -> Self {
+        let drifts = anchors.iter().map(|a| a.drift_score);
+        let (mean_drift, max_drift, max_kl_divergence) = if anchors.is_empty() {
             (0.0, 0.0, 0.0)
         } else {
             (
-                python_sum(drifts.clone(), compensated_sum) / self.anchors.len() as f64,
+                python_sum(drifts.clone(), compensated_sum) / anchors.len() as f64,
                 python_max(drifts),
-                python_max(self.anchors.iter().map(|a| a.kl_divergence)),
+                python_max(anchors.iter().map(|a| a.kl_divergence)),
             )
         };
+        Figures {
+            mean_drift,
+            max_drift,
+            max_kl_divergence,
+            resample_count: anchors
+                .iter()
+                .filter(|a| a.recommendation == RESAMPLE)
+                .count() as i64,
+            kinds: kind_figures(anchors, compensated_sum),
+            top_anchors: top_anchors(anchors),
+        }
+    }
+}
+
+impl Event<'_, '_> {
+    /// The encoded event and its summary (`summary`, after `summary_header`), or None
+    /// where the contract (or a doubt) refuses it, or its time lies outside `window`
+    /// (earliest, latest; inclusive: `validation.TimeWindow`).
+    pub(crate) fn encode(
+        &self,
+        compensated_sum: bool,
+        window: (i64, i64),
+        summary_header: &[u8],
+    ) -> Option<(Vec<u8>, Vec<u8>)> {
+        if !self.valid(window) {
+            return None;
+        }
+        let figures = Figures::of(self.anchors, compensated_sum);
+        Some((self.json(&figures), self.summary(&figures, summary_header)))
+    }
+
+    fn json(&self, figures: &Figures) -> Vec<u8> {
         // What contracts.encode(SnapshotEvent(...)) writes: the fields in model order,
         // `source` and `model` left out when None, then the computed fields.
         let mut out = Json(Vec::with_capacity(256 + 192 * self.anchors.len()));
@@ -66,18 +104,109 @@ impl Event<'_, '_> {
             out.raw(b",\"model\":");
             out.string(model);
         }
+        if let Some(latency_ms) = self.latency_ms {
+            out.raw(b",\"latency_ms\":");
+            out.int(latency_ms);
+        }
         out.raw(b",\"mean_drift\":");
-        out.float(mean_drift);
+        out.float(figures.mean_drift);
         out.raw(b",\"max_drift\":");
-        out.float(max_drift);
+        out.float(figures.max_drift);
         out.raw(b",\"max_kl_divergence\":");
-        out.float(max_kl_divergence);
+        out.float(figures.max_kl_divergence);
         out.raw(b",\"resample_count\":");
-        let resamples = self.anchors.iter().filter(|a| a.recommendation == RESAMPLE);
-        out.int(resamples.count() as i64);
-        out.raw(b"}");
-        Some(out.0)
+        out.int(figures.resample_count);
+        out.raw(b",\"kinds\":{");
+        let mut first = true;
+        for (kind, figures) in KINDS.iter().zip(figures.kinds) {
+            let Some((count, mean, max)) = figures else {
+                continue;
+            };
+            if !std::mem::take(&mut first) {
+                out.raw(b",");
+            }
+            out.string(kind);
+            out.raw(b":{\"anchor_count\":");
+            out.int(count as i64);
+            out.raw(b",\"mean_drift\":");
+            out.float(mean);
+            out.raw(b",\"max_drift\":");
+            out.float(max);
+            out.raw(b"}");
+        }
+        out.raw(b"},\"top_anchors\":[");
+        for (i, anchor) in figures.top_anchors.iter().enumerate() {
+            if i > 0 {
+                out.raw(b",");
+            }
+            out.raw(b"{\"anchor_id\":");
+            out.string(&anchor.anchor_id);
+            out.raw(b",\"position\":");
+            out.int(anchor.position);
+            out.raw(b",\"drift_score\":");
+            out.float(anchor.drift_score);
+            out.raw(b"}");
+        }
+        out.raw(b"]}");
+        out.0
     }
+}
+
+/// `breakdown.anchor_kind`: the index in `KINDS` of the id's text before the first `_`,
+/// else OTHER's (the last).
+fn kind_of(anchor_id: &str) -> usize {
+    let prefix = anchor_id.split('_').next().unwrap_or(anchor_id);
+    let others = KINDS.len() - 1;
+    KINDS[..others]
+        .iter()
+        .position(|k| *k == prefix)
+        .unwrap_or(others)
+}
+
+/// `breakdown.kind_figures`: per kind in `KINDS` order, (count, mean drift, max drift) of
+/// its anchors, None when it has none. Each kind's sum runs over its anchors in log order,
+/// as Python's `sum` of the kind's list does.
+fn kind_figures(anchors: &[Anchor], compensated: bool) -> [Option<(usize, f64, f64)>; 8] {
+    let mut sums = [(0_usize, PythonSum::default(), 0.0_f64); 8];
+    for anchor in anchors {
+        let (count, sum, max) = &mut sums[kind_of(&anchor.anchor_id)];
+        // Python's max(): the first of equal values wins.
+        if *count == 0 || anchor.drift_score > *max {
+            *max = anchor.drift_score;
+        }
+        *count += 1;
+        sum.add(anchor.drift_score, compensated);
+    }
+    sums.map(|(count, sum, max)| (count > 0).then(|| (count, sum.total() / count as f64, max)))
+}
+
+/// `breakdown.anchor_order`: `a` ranks before `b` (higher drift, then lower position, then
+/// the lower id; Rust orders `str` by its UTF-8 bytes, which is Python's order by code
+/// point).
+fn ranks_before(a: &Anchor, b: &Anchor) -> bool {
+    if a.drift_score != b.drift_score {
+        return a.drift_score > b.drift_score;
+    }
+    (a.position, &*a.anchor_id) < (b.position, &*b.anchor_id)
+}
+
+/// `breakdown.top_anchors`: the first `TOP_ANCHORS_PER_EVENT` by `ranks_before`, best first,
+/// in one pass (Python sorts the whole log; anchors with equal keys write equal bytes, so
+/// which of them is kept does not show).
+fn top_anchors<'e, 'a>(anchors: &'e [Anchor<'a>]) -> Vec<&'e Anchor<'a>> {
+    let mut top: Vec<&Anchor> = Vec::with_capacity(TOP_ANCHORS_PER_EVENT + 1);
+    for anchor in anchors {
+        if top.len() == TOP_ANCHORS_PER_EVENT && !ranks_before(anchor, top[top.len() - 1]) {
+            continue;
+        }
+        let at = top
+            .iter()
+            .position(|t| ranks_before(anchor, t))
+            .unwrap_or(top.len());
+        top.insert(at, anchor);
+        top.truncate(TOP_ANCHORS_PER_EVENT);
+    }
+    top
 }
 
 /// Compact JSON as orjson writes it: numbers in serde_json's shortest form (equal to
@@ -133,23 +262,38 @@ impl Json {
 
 /// Python's `sum()` of floats, bit for bit: plain addition up to 3.11, Neumaier's
 /// compensated summation from 3.12 on.
-fn python_sum(values: impl Iterator<Item = f64>, compensated: bool) -> f64 {
-    let (mut total, mut compensation) = (0.0_f64, 0.0_f64);
-    for x in values {
-        let t = total + x;
+#[derive(Clone, Copy, Default)]
+struct PythonSum {
+    total: f64,
+    compensation: f64,
+}
+
+impl PythonSum {
+    fn add(&mut self, x: f64, compensated: bool) {
+        let t = self.total + x;
         if compensated {
-            compensation += if total.abs() >= x.abs() {
-                (total - t) + x
+            self.compensation += if self.total.abs() >= x.abs() {
+                (self.total - t) + x
             } else {
-                (x - t) + total
+                (x - t) + self.total
             };
         }
-        total = t;
+        self.total = t;
     }
-    if compensation != 0.0 && compensation.is_finite() {
-        total += compensation;
+
+    fn total(self) -> f64 {
+        if self.compensation != 0.0 && self.compensation.is_finite() {
+            self.total + self.compensation
+        } else {
+            self.total
+        }
     }
-    total
+}
+
+fn python_sum(values: impl Iterator<Item = f64>, compensated: bool) -> f64 {
+    let mut sum = PythonSum::default();
+    values.for_each(|x| sum.add(x, compensated));
+    sum.total()
 }
 
 /// Python's `max()`: the first of equal values wins (so 0.0 and -0.0 keep their order).

@@ -1,6 +1,7 @@
 //! A Kong http-log body: reading its entries (the configured snapshot headers in the
-//! configured locations, `started_at`, and where the model version comes from: a request
-//! header, `request.body`'s `model`, or the route's or service's name; the rest is skipped,
+//! configured locations, `started_at`, `latencies.request`, and where the model version
+//! comes from: a request header, `request.body`'s `model`, or the route's or service's
+//! name; the rest is skipped,
 //! though read as strictly as orjson reads it), and mapping each entry to its snapshot event
 //! as `kong.kong_record` does.
 
@@ -10,6 +11,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use super::latency::{Latencies, Latency};
 use super::model::{Found, Holder};
 use super::read::{Text, Unused};
 use super::snapshot::{Anchor, Event, EventRecord};
@@ -81,6 +83,8 @@ struct Entry<'a> {
     started_at: Option<i64>,
     /// The model version from `request.body` or the route's or service's name.
     model: Found<'a>,
+    /// `latencies.request`.
+    latency: Latency,
     /// Something the fast path does not decide on (a repeated key, a float `started_at`).
     doubtful: bool,
 }
@@ -107,6 +111,8 @@ pub(crate) struct Config {
     /// Per header, the locations (indexes into `locations`) it is trusted in, in order.
     pub(crate) trusted: [Vec<usize>; SLOTS],
     pub(crate) model_from: ModelFrom,
+    /// What precedes each summary: the marker and the schema's fingerprint (`summary`).
+    pub(crate) summary_header: Vec<u8>,
 }
 
 impl Config {
@@ -199,10 +205,11 @@ impl<'de> Visitor<'de> for EntrySeed<'_> {
             locations: config.locations.iter().map(|_| None).collect(),
             started_at: None,
             model: Found::Absent,
+            latency: Latency::Absent,
             doubtful: false,
         };
         let mut seen = vec![false; config.locations.len()];
-        let (mut started_seen, mut model_seen) = (false, false);
+        let (mut started_seen, mut model_seen, mut latencies_seen) = (false, false, false);
         let model_key = config.model_key();
         while let Some(Text(key)) = map.next_key()? {
             if let Some(i) = config.locations.iter().position(|l| *l == key) {
@@ -232,6 +239,10 @@ impl<'de> Visitor<'de> for EntrySeed<'_> {
                     text: false,
                 };
                 entry.model = map.next_value_seed(holder)?;
+            } else if key == "latencies" {
+                entry.doubtful |= latencies_seen;
+                latencies_seen = true;
+                entry.latency = map.next_value_seed(Latencies)?;
             } else if key == "started_at" {
                 entry.doubtful |= started_seen;
                 started_seen = true;
@@ -458,6 +469,11 @@ fn kong_event(
         (_, Found::Text(text)) => Some(&**text),
         (_, Found::Doubtful) => return None,
     };
+    let latency_ms = match entry.latency {
+        Latency::Absent => None,
+        Latency::Ms(ms) => Some(ms),
+        Latency::Doubtful => return None,
+    };
     let mut anchors = Vec::new();
     match find(entry, config, LOG) {
         Header::Absent => {
@@ -481,9 +497,10 @@ fn kong_event(
         anchors: &anchors,
         source: Some(source),
         model,
+        latency_ms,
     }
-    .encode(compensated_sum, window)?;
-    Some((event_id.to_owned(), doc_type.to_owned(), value))
+    .encode(compensated_sum, window, &config.summary_header)?;
+    Some((event_id.to_owned(), doc_type.to_owned(), value.0, value.1))
 }
 
 /// Per entry of a Kong body, its event or None; None for a body not read here.

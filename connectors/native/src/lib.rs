@@ -18,16 +18,20 @@
 //! - `read`: reading JSON as strictly as orjson does (strings, anchors, skipped values);
 //! - `kong`: a Kong body's entries, and an entry's snapshot event (`kong.kong_record`);
 //! - `model`: an entry's model version from its request body, route or service;
+//! - `latency`: an entry's request latency (`latencies.request`);
 //! - `ndjson`: the snapshot event an NDJSON line holds;
 //! - `snapshot`: the contract's bounds, an event's values and the checks of them;
-//! - `encode`: an accepted event written as `contracts.encode` writes it.
+//! - `encode`: an accepted event written as `contracts.encode` writes it;
+//! - `summary`: its summary, as `contracts.avro.encode_summary` writes it.
 
 mod encode;
 mod kong;
+mod latency;
 mod model;
 mod ndjson;
 mod read;
 mod snapshot;
+mod summary;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -36,12 +40,13 @@ use kong::{kong_events, Config, ModelFrom};
 use ndjson::Snapshot;
 use snapshot::{
     Event, ANCHORS_MAX, ANCHOR_COUNT_LE, DOC_TYPE_MAX_CHARS, EPOCH_MS_GE, EPOCH_MS_LT,
-    IDENTIFIER_MAX_CHARS, MODEL_VERSION_MAX_CHARS, RECOMMENDATION_MAX_CHARS, RESAMPLE,
-    SNAPSHOT_STATUSES, SOURCE_MAX_CHARS,
+    IDENTIFIER_MAX_CHARS, KINDS, LATENCY_MAX_MS, MODEL_VERSION_MAX_CHARS, RECOMMENDATION_MAX_CHARS,
+    RESAMPLE, SNAPSHOT_STATUSES, SOURCE_MAX_CHARS, TOP_ANCHORS_PER_EVENT,
 };
 
-/// The contract's bounds (`snapshot`), in the shape `validation.describe` gives the pydantic model, and the
-/// recommendation counted as a re-sample.
+/// The contract's bounds (`snapshot`), in the shape `validation.describe` gives the pydantic
+/// model, the recommendation counted as a re-sample, and the breakdown's kinds and number
+/// of top anchors (`anchorwatch.contracts.breakdown`).
 #[pyfunction]
 fn contract() -> String {
     let text = |min: usize, max: usize, printable: bool| {
@@ -82,8 +87,12 @@ fn contract() -> String {
             "model": {"required": false, "default": null, "optional": true, "type": "str",
                       "min_length": 1, "max_length": MODEL_VERSION_MAX_CHARS,
                       "printable": false, "rule": "model_version_text"},
+            "latency_ms": {"required": false, "default": null, "optional": true, "type": "int",
+                           "ge": 0, "le": LATENCY_MAX_MS},
         },
         "RESAMPLE": RESAMPLE,
+        "KINDS": KINDS,
+        "TOP_ANCHORS_PER_EVENT": TOP_ANCHORS_PER_EVENT,
     })
     .to_string()
 }
@@ -92,7 +101,7 @@ fn contract() -> String {
 #[pyclass(frozen, module = "anchorwatch.connectors._native")]
 struct SnapshotReader {
     config: Config,
-    /// `validation.Accepted`, built for each accepted event.
+    /// `validation.Accepted`, built for each accepted event (id, doc type, record, summary).
     accepted: Py<PyAny>,
     compensated_sum: bool,
 }
@@ -113,6 +122,7 @@ impl SnapshotReader {
         request_id_locations: Vec<String>,
         accepted: Py<PyAny>,
         model_from: String,
+        summary_header: Vec<u8>,
     ) -> PyResult<Self> {
         // `kong.KongFormat.model_from`: request_body_model, header:<name>, route, service.
         let (model_from, model_header) = match model_from.as_str() {
@@ -163,6 +173,7 @@ impl SnapshotReader {
                 locations,
                 trusted,
                 model_from,
+                summary_header,
             },
             accepted,
             compensated_sum: py.version_info() >= (3, 12),
@@ -191,9 +202,12 @@ impl SnapshotReader {
         let mut out = Vec::with_capacity(events.len());
         for event in events {
             out.push(match event {
-                Some((event_id, doc_type, value)) => {
-                    Some(accepted.call1((event_id, doc_type, PyBytes::new(py, &value)))?)
-                }
+                Some((event_id, doc_type, value, summary)) => Some(accepted.call1((
+                    event_id,
+                    doc_type,
+                    PyBytes::new(py, &value),
+                    PyBytes::new(py, &summary),
+                ))?),
                 None => None,
             });
         }
@@ -225,13 +239,23 @@ impl SnapshotReader {
             anchors: &event.anchors,
             source: Some(event.source.as_deref().unwrap_or(source)),
             model: event.model.as_deref(),
+            latency_ms: event.latency_ms,
         }
-        .encode(self.compensated_sum, (earliest_ms, latest_ms));
+        .encode(
+            self.compensated_sum,
+            (earliest_ms, latest_ms),
+            &self.config.summary_header,
+        );
         match encoded {
-            Some(value) => self
+            Some((value, summary)) => self
                 .accepted
                 .bind(py)
-                .call1((&*event.event_id, &*event.doc_type, PyBytes::new(py, &value)))
+                .call1((
+                    &*event.event_id,
+                    &*event.doc_type,
+                    PyBytes::new(py, &value),
+                    PyBytes::new(py, &summary),
+                ))
                 .map(Some),
             None => Ok(None),
         }

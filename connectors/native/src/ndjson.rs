@@ -10,7 +10,8 @@ use serde::Deserialize;
 use super::read::{once, required, Text, Unused};
 use super::snapshot::Anchor;
 
-/// A snapshot event as an NDJSON line holds it; `source` and `model` may be left out.
+/// A snapshot event as an NDJSON line holds it; `source`, `model` and `latency_ms` may be
+/// left out.
 pub(crate) struct Snapshot<'a> {
     pub(crate) event_id: Cow<'a, str>,
     pub(crate) event_time_ms: i64,
@@ -20,6 +21,7 @@ pub(crate) struct Snapshot<'a> {
     pub(crate) anchors: Vec<Anchor<'a>>,
     pub(crate) source: Option<Cow<'a, str>>,
     pub(crate) model: Option<Cow<'a, str>>,
+    pub(crate) latency_ms: Option<i64>,
 }
 
 impl<'de> Deserialize<'de> for Snapshot<'de> {
@@ -33,7 +35,7 @@ impl<'de> Deserialize<'de> for Snapshot<'de> {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let (mut id, mut time, mut doc_type, mut status, mut count) =
                     (None, None, None, None, None);
-                let (mut anchors, mut source, mut model) = (None, None, None);
+                let (mut anchors, mut source, mut model, mut latency) = (None, None, None, None);
                 while let Some(Text(key)) = map.next_key()? {
                     match &*key {
                         "event_id" => once(&mut id, map.next_value::<Text>()?.0)?,
@@ -44,6 +46,8 @@ impl<'de> Deserialize<'de> for Snapshot<'de> {
                         "anchors" => once(&mut anchors, map.next_value::<Vec<Anchor>>()?)?,
                         "source" => once(&mut source, map.next_value::<Option<Text>>()?)?,
                         "model" => once(&mut model, map.next_value::<Option<Text>>()?)?,
+                        // An integer only: 5.0, -0 or true are the reference path's to refuse.
+                        "latency_ms" => once(&mut latency, map.next_value::<Option<i64>>()?)?,
                         _ => {
                             map.next_value::<Unused>()?;
                         }
@@ -58,6 +62,7 @@ impl<'de> Deserialize<'de> for Snapshot<'de> {
                     anchors: anchors.unwrap_or_default(),
                     source: source.flatten().map(|t| t.0),
                     model: model.flatten().map(|t| t.0),
+                    latency_ms: latency.flatten(),
                 })
             }
         }

@@ -19,6 +19,20 @@ pub(crate) const ANCHOR_COUNT_LE: i64 = 100_000;
 pub(crate) const ANCHORS_MAX: usize = 10_000;
 pub(crate) const SNAPSHOT_STATUSES: [&str; 2] = ["active", "disabled"];
 pub(crate) const RESAMPLE: &str = "re-sample";
+// anchorwatch.contracts.breakdown: LATENCY_MAX_MS, ANCHOR_KINDS, OTHER_KIND (KINDS is both,
+// in the order they are written), TOP_ANCHORS_PER_EVENT.
+pub(crate) const LATENCY_MAX_MS: i64 = 3_600_000;
+pub(crate) const KINDS: [&str; 8] = [
+    "SECTION",
+    "ENTITY",
+    "TABLE",
+    "LIST",
+    "CONDITION",
+    "TIMELINE",
+    "REFERENCE",
+    "OTHER",
+];
+pub(crate) const TOP_ANCHORS_PER_EVENT: usize = 3;
 // serde_json writes floats from 1e16 up as `1e16`, where orjson writes `1e+16`; below,
 // both write the same shortest text. Larger values take the reference path.
 const FLOAT_BELOW: f64 = 1e16;
@@ -78,8 +92,8 @@ impl Anchor<'_> {
     }
 }
 
-/// An accepted event: its id, its doc type (the key) and the encoded record.
-pub(crate) type EventRecord = (String, String, Vec<u8>);
+/// An accepted event: its id, its doc type (the key), the encoded record and its summary.
+pub(crate) type EventRecord = (String, String, Vec<u8>, Vec<u8>);
 
 /// The event's field values, before the event-level checks.
 pub(crate) struct Event<'e, 'a> {
@@ -92,6 +106,8 @@ pub(crate) struct Event<'e, 'a> {
     pub(crate) source: Option<&'e str>,
     /// The model version (`model`); None: absent.
     pub(crate) model: Option<&'e str>,
+    /// The request's latency in milliseconds (`latency_ms`); None: unknown.
+    pub(crate) latency_ms: Option<i64>,
 }
 
 impl Event<'_, '_> {
@@ -112,6 +128,9 @@ impl Event<'_, '_> {
             && self.model.is_none_or(|m| {
                 chars_within(m, 1, MODEL_VERSION_MAX_CHARS) && plain_doc_type(m)
             })
+            && self
+                .latency_ms
+                .is_none_or(|ms| (0..=LATENCY_MAX_MS).contains(&ms))
             // SnapshotEvent._anchors_fit_count.
             && self.anchors.len() as i64 <= self.anchor_count
             && (self.snapshot_status != "disabled" || self.anchors.is_empty())

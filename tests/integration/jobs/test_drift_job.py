@@ -215,18 +215,22 @@ def test_summaries_in_their_binary_form_count_as_their_json_and_a_broken_one_is_
     """The connectors write each summary in Avro's single-object encoding; another producer
     may write the contract's JSON. One topic with both: every event counted once, the
     figures those of the plain computation. A record that starts with the binary marker but
-    is not a whole snapshot-summary.v1 becomes a dead letter that says what is wrong and
-    keeps its bytes; it never stops the job or sinks its neighbours."""
+    is not a whole snapshot-summary (v2, or v1) becomes a dead letter that says what is wrong
+    and keeps its bytes; it never stops the job or sinks its neighbours."""
     job = streaming()
     settings = job.settings
     events = minute("invoice", 0, [0.1, 0.35, 0.8, 0.52], jitter=1)
     opener = event("invoice", T0 + MIN + 6_000, 0.1, 99)  # closes window 0
     good = summary_of(encode(events[0]))
     header, body = good[:10], good[10:]
-    # Without a source, the union's branch is the byte before the three doubles and the
-    # one-byte resample count.
-    sourceless = encode_summary({**SnapshotSummary.of(events[0]).model_dump(), "source": None})
-    branch = len(sourceless) - 3 * 8 - 1 - 1
+    # Without a source, the union's branch follows the id, time, type, status and count.
+    first = SnapshotSummary.of(events[0])
+    sourceless = encode_summary({**first.model_dump(), "source": None})
+    branch = (
+        len(header)
+        + sum(1 + len(text.encode()) for text in (first.event_id, first.doc_type, "active"))
+        + sum(_varint_length(n) for n in (first.event_time_ms, first.anchor_count))
+    )
     assert sourceless[branch] == 0
     broken = {
         "another schema": good[:2] + bytes(8) + body,
@@ -261,6 +265,11 @@ def test_summaries_in_their_binary_form_count_as_their_json_and_a_broken_one_is_
         assert letter.field == "$"
         assert letter.raw.startswith("binary snapshot-summary unreadable: ")
         assert letter.raw.endswith(base64.b64encode(raw).decode())
+
+
+def _varint_length(n: int) -> int:
+    """Bytes of Avro's zig-zag varint of ``n``."""
+    return max(1, (((n << 1) ^ (n >> 63)).bit_length() + 6) // 7)
 
 
 @pytest.mark.parametrize("deduplicate", [True, False])

@@ -3,10 +3,14 @@ read by the embedded mini-cluster: every record of a corpus (realistic snapshots
 that are subtly or grossly malformed, and seeded mutations of both) decodes to the same row
 with `decoder` 'scanner' (the default, what the drift job reads with) as with 'jackson'
 (Flink's decoder for every record, the format before the scanner), and the malformed ones
-come out as payload rows, which the drift job dead-letters."""
+come out as payload rows, which the drift job dead-letters. The JSON columns (`kinds`,
+`top_anchors`: the value's text) hold the same JSON value either way, its own bytes from the
+scanner, Flink's compact re-writing from its decoder."""
 
 from __future__ import annotations
 
+import json
+import math
 import random
 from typing import Any
 
@@ -67,6 +71,16 @@ UNUSUAL = [
     _with(_GOOD, b'"note":"x', b'"note":"\x01x'),  # a raw control character (Flink allows it)
     b' \n\t{"event_id":"ws"}  trailing text Flink never reads',
     b"{}",
+    # The JSON columns: spaced and spelled otherwise, escaped, duplicated, not containers.
+    _with(_GOOD, b'"resample_count":0', b'"resample_count":0,"kinds" : { "SECTION" : '
+          b'{"anchor_count":1, "mean_drift":5e-1,"max_drift":0.50 } },"top_anchors":[ ]'),
+    _with(_GOOD, b'"resample_count":0', b'"resample_count":0,"top_anchors":[{"anchor_id":'
+          b'"A\\u005f\\"1","position":-0,"drift_score":1E400}]'),
+    _with(_GOOD, b'"resample_count":0', b'"resample_count":0,"kinds":{"LIST":{"a":1},'
+          b'"LIST":{"a":[2,{}]}}'),
+    _with(_GOOD, b'"resample_count":0', b'"resample_count":0,"kinds":"{}","top_anchors":7'),
+    _with(_GOOD, b'"resample_count":0', b'"resample_count":0,"kinds":{"SECTION":1e-7},'
+          b'"model":"m-1","latency_ms":120'),
 ]  # fmt: skip
 
 #: Mutations keep to ASCII and valid UTF-8: with invalid UTF-8 in a field *name*, Flink's
@@ -101,19 +115,45 @@ def corpus() -> tuple[list[bytes], int]:
 
 _COLUMNS = (
     "kafka_offset, event_id, event_time_ms, doc_type, snapshot_status, anchor_count, "
-    f"mean_drift, max_drift, max_kl_divergence, resample_count, {drift_job.UNPARSABLE}"
+    "mean_drift, max_drift, max_kl_divergence, resample_count, model, latency_ms, kinds, "
+    f"top_anchors, {drift_job.UNPARSABLE}"
 )
+_JSON_COLUMNS = {"kinds", "top_anchors"}
+
+
+def _value(column: str, v: Any) -> str:
+    """A column's value to compare: repr (a NaN equals itself, -0.0 differs from 0.0); a
+    JSON column's text as the JSON value it holds (non-finite numbers as Jackson writes
+    them, quoted)."""
+    if column not in _JSON_COLUMNS or v is None:
+        return repr(v)
+    try:
+        value = json.loads(v)
+    except ValueError:
+        return repr(v)
+
+    def plain(x: Any) -> Any:
+        if isinstance(x, float) and not math.isfinite(x):
+            return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
+        if isinstance(x, dict):
+            return {k: plain(y) for k, y in x.items()}
+        return [plain(y) for y in x] if isinstance(x, list) else x
+
+    return repr(plain(value))
 
 
 def rows(settings: JobSettings, decoder: str) -> dict[int, tuple[Any, ...]]:
     jar = flow.fetch_artifacts(settings).flink_jobs_jar()
     _, t_env = drift_job.create_environment(settings, jar)
-    drift_job.declare_tables(t_env, settings, bounded=True)
+    drift_job.declare_tables(t_env, settings, bounded=True, breakdown=True)
     hint = f"/*+ OPTIONS('anchorwatch-json.decoder'='{decoder}') */"
     query = f"SELECT {_COLUMNS} FROM {drift_job.SNAPSHOTS} {hint}"  # noqa: S608
+    names = _COLUMNS.split(", ")[1:]
     with t_env.execute_sql(query).collect() as results:
-        # repr: a NaN equals itself, and -0.0 differs from 0.0.
-        return {row[0]: tuple(repr(v) for v in row[1:]) for row in results}
+        return {
+            row[0]: tuple(_value(c, v) for c, v in zip(names, row[1:], strict=True))
+            for row in results
+        }
 
 
 def test_the_scanner_decodes_every_record_as_flinks_json_decoder(
@@ -139,7 +179,10 @@ def test_the_scanner_decodes_every_record_as_flinks_json_decoder(
         assert first_malformed + i in payload, MALFORMED[i]
     assert not payload & set(range(first_malformed)), "a well-formed record was refused"
     assert not payload & set(range(first_malformed + len(MALFORMED), len(records) - 3_000))
-    good = tuple(repr(GOOD[c]) for c in _COLUMNS.split(", ")[1:-1])
+    good = tuple(_value(c, GOOD.get(c)) for c in _COLUMNS.split(", ")[1:-1])
     assert scanned[0] == (*good, "None")
+    # The realistic snapshots carry a breakdown, read as their JSON text.
+    kinds = _COLUMNS.split(", ")[1:].index("kinds")
+    assert all(scanned[1 + i][kinds] != "None" for i in range(n_real))
     # The mutations exercise both outcomes.
     assert 300 < len(payload) < 2_900

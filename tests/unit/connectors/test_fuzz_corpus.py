@@ -27,7 +27,7 @@ from anchorwatch.connectors.publisher import dead_letter
 from anchorwatch.connectors.records import Rejected, kong_body, ndjson_body
 from anchorwatch.connectors.server import IngestService
 from anchorwatch.connectors.settings import IngestSettings
-from anchorwatch.connectors.validation import Accepted
+from anchorwatch.connectors.validation import Accepted, summary_of
 from anchorwatch.contracts import SnapshotEvent, encode, validate
 from anchorwatch.stack.processes import free_port
 from bench.fuzz_ingest import CORPUS, TARGETS, corpus_files, replay, seeds
@@ -44,6 +44,23 @@ def test_the_committed_corpus_is_decided_alike_by_both_paths() -> None:
         # Else the replay compares only what the reference path decides either way.
         assert f.fast_accepted > 0, target
         assert f.differences == [], f.differences[:3]
+
+
+def test_every_summary_the_compiled_path_writes_for_the_corpus_is_pythons() -> None:
+    """The reader writes each accepted event's summary in the same pass (summary.rs);
+    whatever it accepts, that summary is the one made from the record in Python."""
+    checked = 0
+    for target in TARGETS:
+        for path in corpus_files(CORPUS, target, work=False):
+            parse = kong_body if target == "kong" else ndjson_body
+            try:
+                batch = parse(path.read_bytes(), source="fuzz")
+            except ValueError:  # BodyError: the 400
+                continue
+            for accepted in batch.accepted:
+                assert accepted.summary == summary_of(accepted.value), path
+                checked += 1
+    assert checked > 50
 
 
 def test_the_corpus_stays_small() -> None:

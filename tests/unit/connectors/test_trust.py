@@ -12,7 +12,8 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from anchorwatch.connectors.kong import KongFormat, fallback_event_id, path_at, split_entries
+from anchorwatch.connectors.kong import KongFormat, fallback_event_id
+from anchorwatch.connectors.kong_split import path_at, split_entries
 from anchorwatch.connectors.records import Batch, BodyError, kong_body, ndjson_body, reason_label
 from anchorwatch.connectors.server import IngestService
 from anchorwatch.connectors.settings import IngestSettings

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from anchorwatch.connectors import records
+from anchorwatch.connectors import records, validation
 from anchorwatch.connectors.kong import DEFAULT_FORMAT
 from anchorwatch.connectors.records import _ANY_TIME, ndjson_record
 from anchorwatch.connectors.validation import snapshot_record, summary_of
@@ -197,23 +197,33 @@ def test_a_record_that_is_not_an_object_is_refused_like_the_contract_does(value:
 
 # Text that looks like the structure summary_of cuts at, in every string of the event.
 _TRICKY = st.sampled_from(
-    ["]", '],"', ',"anchors":[', '],"mean_drift":', "\\", '\\"', '"]', "}]", "é]\u2028"]
-)
+    [
+        "]", '],"', ',"anchors":[', '],"mean_drift":', "\\", '\\"', '"]', "}]", "é]\u2028",
+        ',"kinds":{', '],"kinds":{"', '}},"top_anchors":[', "SECTION_", "TABLE", "_",
+    ]
+)  # fmt: skip
 _TEXT = st.lists(_TRICKY | st.text(min_size=1, max_size=3), min_size=1, max_size=4).map("".join)
 
 
 @settings(max_examples=400, deadline=None)
 @given(
-    st.lists(st.tuples(_TEXT, _TEXT, st.floats(0, 1)), max_size=3),
+    st.lists(st.tuples(_TEXT, _TEXT, st.floats(0, 1)), max_size=5),
     _TEXT,
     st.none() | _TEXT,
+    st.none() | st.just("summarizer-2.1"),
+    st.none() | st.integers(0, 3_600_000),
 )
 def test_a_summary_holds_the_event_without_its_anchors_whatever_its_strings_hold(
-    anchors: list[tuple[str, str, float]], event_id: str, source: str | None
+    anchors: list[tuple[str, str, float]],
+    event_id: str,
+    source: str | None,
+    model: str | None,
+    latency_ms: int | None,
 ) -> None:
     data = {
         "event_id": event_id, "event_time_ms": 1_764_403_200_000, "doc_type": "invoice",
         "snapshot_status": "active", "anchor_count": len(anchors), "source": source,
+        "model": model, "latency_ms": latency_ms,
         "anchors": [{"anchor_id": a, "position": 1, "l2_norm": 1.0, "cosine_angle": 0.5,
                      "kl_divergence": 0.25, "drift_score": d, "recommendation": r}
                     for a, r, d in anchors],
@@ -222,6 +232,10 @@ def test_a_summary_holds_the_event_without_its_anchors_whatever_its_strings_hold
         event = SnapshotEvent.model_validate(data)
     except ValueError:
         assume(False)  # a string the contract refuses (control characters, too long)
+    # The cut JSON is the summary (the top anchors, which follow the anchors, hold the
+    # same strings), whatever the Avro form carries of it.
+    cut = validation._without_anchors(encode(event))
+    assert SnapshotSummary.model_validate_json(cut) == SnapshotSummary.of(event)
     summary = summary_of(encode(event))
     assert decode_summary(summary) == SnapshotSummary.of(event)
     assert summary == encode_summary(SnapshotSummary.of(event).model_dump())

@@ -18,6 +18,8 @@ mod native {
     use std::sync::OnceLock;
 
     pub const SOURCE: &str = "fuzz";
+    /// Stands in for the summary schema's marker and fingerprint (`contracts.avro`).
+    const SUMMARY_HEADER: &[u8] = b"\xc3\x01fuzzfuzz";
 
     /// One accepted event as the reader hands it over: id, doc type, encoded record.
     pub type Record = (String, String, Vec<u8>);
@@ -55,6 +57,7 @@ mod native {
                         names(trusted[2]),
                         accepted.clone_ref(py),
                         model_from.into(),
+                        SUMMARY_HEADER.to_vec(),
                     )
                     .expect("a reader")
                 };
@@ -89,9 +92,17 @@ mod native {
     }
 
     fn record(item: &Bound<'_, PyAny>) -> Record {
-        let (event_id, doc_type, value): (String, String, Bound<'_, PyBytes>) = item
+        let (event_id, doc_type, value, summary): (
+            String,
+            String,
+            Bound<'_, PyBytes>,
+            Bound<'_, PyBytes>,
+        ) = item
             .extract()
-            .expect("accepted hands back (event_id, doc_type, bytes)");
+            .expect("accepted hands back (event_id, doc_type, bytes, summary bytes)");
+        // Whether the summary is the one Python makes of the record is checked in Python
+        // on the corpus (bench/fuzz_ingest.py); here, that there is one.
+        assert!(summary.as_bytes().starts_with(SUMMARY_HEADER));
         (event_id, doc_type, value.as_bytes().to_vec())
     }
 

@@ -376,7 +376,7 @@ def test_the_derived_figures_are_the_anchors_mean_maxima_and_resample_count() ->
 
 
 def test_the_record_is_written_in_the_contracts_field_order() -> None:
-    data = _event(anchors=[_anchor(0)], anchor_count=1, model="summarizer-2.1")
+    data = _event(anchors=[_anchor(0)], anchor_count=1, model="summarizer-2.1", latency_ms=120)
     shuffled = dict(reversed(list(data.items())))
     shuffled["anchors"] = [dict(reversed(list(_anchor(0).items())))]
     compiled = _compiled(shuffled)

@@ -19,6 +19,7 @@ from anchorwatch.contracts import (
     encode,
     schemas,
 )
+from anchorwatch.contracts.models import _Contract
 from tests.support.contracts import snapshot
 
 
@@ -52,8 +53,17 @@ def test_a_v1_reader_ignores_the_field() -> None:
     # skips unknown keys.
     wire = encode(decode_snapshot(orjson.dumps(snapshot(model="summarizer-2.1"))))
     assert orjson.loads(wire)["model"] == "summarizer-2.1"
-    summary = decode(SnapshotSummary, wire)
+    summary = decode(V1Summary, wire)
     assert "model" not in summary.model_dump()
+    assert summary.mean_drift == decode(SnapshotSummary, wire).mean_drift
+
+
+class V1Summary(_Contract):
+    """A reader built on the summary as it was before the model and the breakdown."""
+
+    event_id: str
+    doc_type: str
+    mean_drift: float
 
 
 def test_the_ingest_fast_path_mirrors_the_field() -> None:

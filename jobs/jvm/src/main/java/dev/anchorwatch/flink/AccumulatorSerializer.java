@@ -10,9 +10,12 @@ import org.apache.flink.core.memory.DataOutputView;
 
 /**
  * A window's running figures in state and checkpoints: the sums, the drift steps that were
- * hit (step, count), and the ids as their hashes only (16 bytes each, not the table with
- * its empty slots). Written field by field straight to the checkpoint stream, so a window
- * of millions of ids needs no buffer of its size on the heap (the hashmap backend).
+ * hit (step, count), the ids as their hashes only (16 bytes each, not the table with its
+ * empty slots), then its breakdown ({@link WindowBreakdown}) if it has one. Written field by
+ * field straight to the checkpoint stream, so a window of millions of ids needs no buffer
+ * of its size on the heap (the hashmap backend). Format 1 (before the breakdown) is still
+ * read: such a window fires without a breakdown, which its events before the restore were
+ * never counted into.
  */
 public final class AccumulatorSerializer
         extends TypeSerializerSingleton<WindowFigures.Accumulator> {
@@ -45,6 +48,7 @@ public final class AccumulatorSerializer
         to.resamples = from.resamples;
         to.klSum = from.klSum;
         to.ids = from.ids.copy();
+        to.breakdown = from.breakdown == null ? null : from.breakdown.copy();
         return to;
     }
 
@@ -59,8 +63,11 @@ public final class AccumulatorSerializer
         return -1;
     }
 
-    /** The layout written below; a reader refuses any other rather than misread it. */
-    private static final int FORMAT = 1;
+    /**
+     * The layout written below; a reader refuses any other (but 1, the same without the
+     * breakdown) rather than misread it.
+     */
+    private static final int FORMAT = 2;
 
     @Override
     public void serialize(WindowFigures.Accumulator acc, DataOutputView out) throws IOException {
@@ -99,12 +106,16 @@ public final class AccumulatorSerializer
                 out.writeLong(slots[i + 1]);
             }
         }
+        out.writeBoolean(acc.breakdown != null);
+        if (acc.breakdown != null) {
+            acc.breakdown.write(out);
+        }
     }
 
     @Override
     public WindowFigures.Accumulator deserialize(DataInputView in) throws IOException {
         int format = in.readByte();
-        if (format != FORMAT) {
+        if (format != FORMAT && format != 1) {
             throw new IOException(
                     "window figures in state have format " + format + ", this job reads "
                             + FORMAT + ": restore with the job version that wrote them");
@@ -133,6 +144,9 @@ public final class AccumulatorSerializer
             ids.addHash(in.readLong(), in.readLong());
         }
         acc.ids = ids;
+        if (format == FORMAT && in.readBoolean()) {
+            acc.breakdown = WindowBreakdown.read(in);
+        }
         return acc;
     }
 

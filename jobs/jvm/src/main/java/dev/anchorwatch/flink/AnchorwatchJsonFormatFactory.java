@@ -1,6 +1,7 @@
 package dev.anchorwatch.flink;
 
 import java.util.Collections;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
 
@@ -37,6 +38,11 @@ import org.apache.flink.table.runtime.typeutils.InternalTypeInfo;
  * vouch for to Flink's decoder; {@code jackson} uses Flink's decoder for every record. Both
  * give the same rows.
  *
+ * <p>Option {@code json-columns}: STRING columns that take an object or array as its JSON
+ * text (a snapshot's {@code kinds}, {@code top_anchors}). Flink's decoder gives any such
+ * value as its tree's compact text; the scanner gives the value's own bytes when no string
+ * in it has an escape: the same JSON value, maybe spaced or spelled differently.
+ *
  * <p>A record of the summaries topic in its binary form (Avro single-object encoding of
  * {@code SnapshotSummary}) is decoded by {@link BinarySummaryDecoder} with either option:
  * the same columns as its JSON form would give, or a payload row naming what is wrong.
@@ -62,6 +68,16 @@ public final class AnchorwatchJsonFormatFactory implements DeserializationFormat
                                     + " only check the rest, Flink's JSON decoder for records it"
                                     + " cannot vouch for; 'jackson': Flink's JSON decoder only.");
 
+    public static final ConfigOption<List<String>> JSON_COLUMNS =
+            ConfigOptions.key("json-columns")
+                    .stringType()
+                    .asList()
+                    .defaultValues()
+                    .withDescription(
+                            "STRING columns that take a JSON object or array as its text;"
+                                    + " the scanner gives the value's own bytes (same JSON"
+                                    + " value as Flink's decoder's compact re-writing).");
+
     @Override
     public DecodingFormat<DeserializationSchema<RowData>> createDecodingFormat(
             DynamicTableFactory.Context context, ReadableConfig formatOptions) {
@@ -75,6 +91,7 @@ public final class AnchorwatchJsonFormatFactory implements DeserializationFormat
                             IDENTIFIER, decoderName));
         }
         final boolean scan = decoderName.equals("scanner");
+        final Set<String> jsonColumns = new HashSet<>(formatOptions.get(JSON_COLUMNS));
         return new DecodingFormat<>() {
             @Override
             public DeserializationSchema<RowData> createRuntimeDecoder(
@@ -88,7 +105,7 @@ public final class AnchorwatchJsonFormatFactory implements DeserializationFormat
                     // The query does not read the payload column: plain JSON decoding.
                     return new UnparsableAwareDeserializationSchema(
                             decoder(rowType),
-                            scan ? TopLevelFieldScanner.forRowType(rowType) : null,
+                            scan ? TopLevelFieldScanner.forRowType(rowType, jsonColumns) : null,
                             BinarySummaryDecoder.forRowType(rowType),
                             names.size(),
                             /* withPayload= */ false,
@@ -108,7 +125,7 @@ public final class AnchorwatchJsonFormatFactory implements DeserializationFormat
                 RowType decoded = new RowType(rowType.getFields().subList(0, payload));
                 return new UnparsableAwareDeserializationSchema(
                         decoder(decoded),
-                        scan ? TopLevelFieldScanner.forRowType(decoded) : null,
+                        scan ? TopLevelFieldScanner.forRowType(decoded, jsonColumns) : null,
                         BinarySummaryDecoder.forRowType(decoded),
                         payload,
                         /* withPayload= */ true,
@@ -143,6 +160,6 @@ public final class AnchorwatchJsonFormatFactory implements DeserializationFormat
 
     @Override
     public Set<ConfigOption<?>> optionalOptions() {
-        return Set.of(PAYLOAD_COLUMN, DECODER);
+        return Set.of(PAYLOAD_COLUMN, DECODER, JSON_COLUMNS);
     }
 }

@@ -42,16 +42,21 @@ public final class DriftFront {
     /** Columns of {@link #getOthers}: a snapshot's decoded columns, then where from and late. */
     private static final String[] OTHER_COLUMNS =
             Stream.concat(
-                            Arrays.stream(SnapshotRecord.COLUMNS),
+                            Arrays.stream(SnapshotRecord.ROW_COLUMNS),
                             Stream.of("kafka_partition", "kafka_offset", "late"))
                     .toArray(String[]::new);
 
-    /** Columns of {@link #getWindows} (jobs/drift_job.py WINDOW_FIELDS). */
+    /**
+     * Columns of {@link #getWindows} (jobs/drift_job.py WINDOW_FIELDS); {@code breakdown}:
+     * the window's breakdown as JSON ({@link WindowBreakdown#toJson}).
+     */
     public static final String[] WINDOW_COLUMNS = {
         "doc_type", "kind", "window_start_ms", "window_end_ms", "request_count", "mean_drift",
         "max_drift", "p95_drift", "stddev_drift", "anchor_count", "disabled_share",
-        "zero_anchor_share", "resample_share", "mean_kl_divergence", "letter"
+        "zero_anchor_share", "resample_share", "mean_kl_divergence", "breakdown", "letter"
     };
+
+    private static final int BREAKDOWN = 14;
 
     private final DataStream<Row> windows;
     private final DataStream<Row> others;
@@ -196,11 +201,11 @@ public final class DriftFront {
         return new TypeInformation<?>[] {
             Types.STRING, Types.STRING, Types.LONG, Types.LONG, Types.LONG, Types.DOUBLE,
             Types.DOUBLE, Types.DOUBLE, Types.DOUBLE, Types.LONG, Types.DOUBLE,
-            Types.DOUBLE, Types.DOUBLE, Types.DOUBLE, Types.STRING
+            Types.DOUBLE, Types.DOUBLE, Types.DOUBLE, Types.STRING, Types.STRING
         };
     }
 
-    static Row windowRow(String docType, long start, long end, Row figures) {
+    static Row windowRow(String docType, long start, long end, Row figures, String breakdown) {
         Row row = new Row(WINDOW_COLUMNS.length);
         row.setField(0, docType);
         row.setField(1, "window");
@@ -209,6 +214,7 @@ public final class DriftFront {
         for (int i = 0; i < figures.getArity(); i++) {
             row.setField(4 + i, figures.getField(i));
         }
+        row.setField(BREAKDOWN, breakdown);
         return row;
     }
 

@@ -115,18 +115,9 @@ final class RouteSnapshots extends AbstractStreamOperator<DriftBatch>
             high = hash[0];
             low = hash[1];
         }
-        batch.add(
-                eventTime,
-                high,
-                low,
-                record.meanDrift,
-                record.anchorCount,
-                record.isDisabled(),
-                record.isNullAt(SnapshotRecord.RESAMPLE_COUNT) ? 0 : record.resampleCount,
-                record.isNullAt(SnapshotRecord.MAX_KL_DIVERGENCE)
-                        ? 0.0
-                        : record.maxKlDivergence);
-        long last = WindowFiguresOperator.windowStart(eventTime, windowSizeMs) + windowSizeMs - 1;
+        long start = WindowFiguresOperator.windowStart(eventTime, windowSizeMs);
+        batch.add(record, high, low, start);
+        long last = start + windowSizeMs - 1;
         batch.firstWindowLast = Math.min(batch.firstWindowLast, last);
         firstWindowLast = Math.min(firstWindowLast, last);
         buffered++;

@@ -24,7 +24,10 @@ import org.apache.flink.util.Collector;
  * with its partition and offset for a dead letter's source: a summary in its binary form
  * straight from its bytes ({@link BinarySummaryDecoder}, its strings left in the Kafka
  * record's own array), any other record with the {@code anchorwatch-json} decoding (the
- * byte scanner, Flink's JSON decoder for what it cannot vouch for).
+ * byte scanner, Flink's JSON decoder for what it cannot vouch for), its {@code kinds} and
+ * {@code top_anchors} as their JSON text. Each record's breakdown goes into one holder
+ * this task reuses: the route, chained after this, takes what it keeps before the next
+ * record is read.
  */
 final class SnapshotDeserializer implements KafkaRecordDeserializationSchema<SnapshotRecord> {
 
@@ -32,34 +35,51 @@ final class SnapshotDeserializer implements KafkaRecordDeserializationSchema<Sna
 
     private final UnparsableAwareDeserializationSchema decoder;
 
+    private final TopLevelFieldScanner scanner;
+
+    private transient EventBreakdown breakdown;
+
+    private transient SnapshotRecord.JsonColumns columns;
+
     SnapshotDeserializer() {
+        RowType decoded = decodedType();
+        List<RowType.RowField> all = new ArrayList<>(decoded.getFields());
+        all.add(new RowType.RowField(
+                SnapshotRecord.COLUMNS[SnapshotRecord.PAYLOAD], VarCharType.STRING_TYPE));
+        RowType withPayload = new RowType(all);
+        scanner = TopLevelFieldScanner.forRowType(decoded, SnapshotRecord.JSON_COLUMNS);
+        decoder =
+                new UnparsableAwareDeserializationSchema(
+                        AnchorwatchJsonFormatFactory.decoder(decoded),
+                        // The scanner is asked below, without a row.
+                        null,
+                        // Binary summaries are read below, without a row.
+                        null,
+                        decoded.getFieldCount(),
+                        /* withPayload= */ true,
+                        InternalTypeInfo.of(withPayload));
+    }
+
+    /** The columns decoded from a JSON record ({@link SnapshotRecord#COLUMNS} but the payload). */
+    static RowType decodedType() {
         LogicalType string = VarCharType.STRING_TYPE;
         LogicalType[] types = {
             string, new BigIntType(), string, string, new IntType(),
-            new DoubleType(), new DoubleType(), new DoubleType(), new IntType()
+            new DoubleType(), new DoubleType(), new DoubleType(), new IntType(),
+            string, new IntType(), string, string
         };
         List<RowType.RowField> fields = new ArrayList<>();
         for (int i = 0; i < types.length; i++) {
             fields.add(new RowType.RowField(SnapshotRecord.COLUMNS[i], types[i]));
         }
-        RowType decoded = new RowType(fields);
-        List<RowType.RowField> all = new ArrayList<>(fields);
-        all.add(new RowType.RowField(SnapshotRecord.COLUMNS[SnapshotRecord.PAYLOAD], string));
-        RowType withPayload = new RowType(all);
-        decoder =
-                new UnparsableAwareDeserializationSchema(
-                        AnchorwatchJsonFormatFactory.decoder(decoded),
-                        TopLevelFieldScanner.forRowType(decoded),
-                        // Binary summaries are read below, without a row.
-                        null,
-                        fields.size(),
-                        /* withPayload= */ true,
-                        InternalTypeInfo.of(withPayload));
+        return new RowType(fields);
     }
 
     @Override
     public void open(DeserializationSchema.InitializationContext context) throws Exception {
         decoder.open(context);
+        breakdown = new EventBreakdown();
+        columns = new SnapshotRecord.JsonColumns();
     }
 
     @Override
@@ -69,6 +89,7 @@ final class SnapshotDeserializer implements KafkaRecordDeserializationSchema<Sna
         if (BinarySummaryDecoder.isBinary(value)) {
             // A Kafka record's value is its own array, never reused: the strings stay in it.
             SnapshotRecord summary = new SnapshotRecord(record.partition(), record.offset());
+            summary.breakdown = breakdown.reset();
             try {
                 BinarySummaryDecoder.read(value, summary);
             } catch (BinarySummaryDecoder.Unreadable problem) {
@@ -80,8 +101,17 @@ final class SnapshotDeserializer implements KafkaRecordDeserializationSchema<Sna
             out.collect(summary);
             return;
         }
+        // The byte scanner straight into the record (its strings left in the Kafka record's
+        // array); what it will not vouch for, Flink's JSON decoder into a row.
+        SnapshotRecord scanned = new SnapshotRecord(record.partition(), record.offset());
+        scanned.breakdown = breakdown.reset();
+        columns.record = scanned;
+        if (scanner.decode(value, columns)) {
+            out.collect(scanned);
+            return;
+        }
         RowData row = decoder.deserialize(value);
-        out.collect(SnapshotRecord.of(row, record.partition(), record.offset()));
+        out.collect(SnapshotRecord.of(row, record.partition(), record.offset(), breakdown));
     }
 
     @Override

@@ -13,14 +13,18 @@ import org.apache.flink.types.Row;
  * NULL, or the record's text as payload when it is not a snapshot at all; and where it
  * came from. A binary summary fills one straight from its bytes ({@link
  * BinarySummaryDecoder.Fields}), its strings ranges of the Kafka record's own array; a JSON
- * record is copied from the row its decoder gives. Never leaves its source's task.
+ * record is copied from the row its decoder gives, its breakdown read from the JSON text of
+ * {@code kinds} and {@code top_anchors} ({@link BreakdownParser}). The breakdown goes into
+ * the {@link EventBreakdown} its source task lends each record in turn. Never leaves its
+ * source's task.
  */
 public final class SnapshotRecord implements BinarySummaryDecoder.Fields {
 
     /** Decoded columns in this order, then the payload column. */
     static final String[] COLUMNS = {
         "event_id", "event_time_ms", "doc_type", "snapshot_status", "anchor_count",
-        "mean_drift", "max_drift", "max_kl_divergence", "resample_count", "unparsable_payload"
+        "mean_drift", "max_drift", "max_kl_divergence", "resample_count", "model",
+        "latency_ms", "kinds", "top_anchors", "unparsable_payload"
     };
 
     static final int EVENT_ID = 0;
@@ -32,7 +36,28 @@ public final class SnapshotRecord implements BinarySummaryDecoder.Fields {
     static final int MAX_DRIFT = 6;
     static final int MAX_KL_DIVERGENCE = 7;
     static final int RESAMPLE_COUNT = 8;
-    static final int PAYLOAD = 9;
+    static final int MODEL = 9;
+    static final int LATENCY_MS = 10;
+    static final int KINDS = 11;
+    static final int TOP_ANCHORS = 12;
+    static final int PAYLOAD = 13;
+
+    /** Columns whose JSON value (an object, an array) the decoders give as its text. */
+    static final java.util.Set<String> JSON_COLUMNS = java.util.Set.of("kinds", "top_anchors");
+
+    /**
+     * Columns of {@link #toRow}, for the job's SQL (dead letters, late tallies): the
+     * decoded ones up to resample_count, then the payload.
+     */
+    static final String[] ROW_COLUMNS = {
+        "event_id", "event_time_ms", "doc_type", "snapshot_status", "anchor_count",
+        "mean_drift", "max_drift", "max_kl_divergence", "resample_count", "unparsable_payload"
+    };
+
+    private static final int ROW_PAYLOAD = 9;
+
+    /** breakdown.LATENCY_MAX_MS: a longer latency, or a negative one, reads as none. */
+    static final int LATENCY_MAX_MS = 3_600_000;
 
     /** The two snapshot statuses a valid record may have, as UTF-8. */
     private static final byte[] ACTIVE = "active".getBytes(StandardCharsets.UTF_8);
@@ -60,6 +85,12 @@ public final class SnapshotRecord implements BinarySummaryDecoder.Fields {
     double maxDrift;
     double maxKlDivergence;
     int resampleCount;
+    int modelFrom;
+    int modelLength;
+    int latencyMs;
+
+    /** The kinds and top anchors read (lent by the source task), or null: none. */
+    EventBreakdown breakdown;
 
     /** The record's text when it is not a snapshot (no column is then present). */
     String payload;
@@ -78,16 +109,29 @@ public final class SnapshotRecord implements BinarySummaryDecoder.Fields {
 
     /**
      * The record a JSON decoder's row (columns {@link #COLUMNS}, payload last) stands for.
-     * Its strings' bytes are copied into one array.
+     * Its strings' bytes are copied into one array; its breakdown goes into {@code
+     * breakdown} (reset first).
      */
-    static SnapshotRecord of(RowData row, int partition, long offset) {
+    static SnapshotRecord of(RowData row, int partition, long offset, EventBreakdown breakdown) {
         SnapshotRecord record = new SnapshotRecord(partition, offset);
         if (!row.isNullAt(PAYLOAD)) {
             record.payload = row.getString(PAYLOAD).toString();
             return record;
         }
+        record.breakdown = breakdown.reset();
+        if (!row.isNullAt(KINDS)) {
+            byte[] json = row.getString(KINDS).toBytes();
+            BreakdownParser.kinds(json, 0, json.length, breakdown);
+        }
+        if (!row.isNullAt(TOP_ANCHORS)) {
+            byte[] json = row.getString(TOP_ANCHORS).toBytes();
+            BreakdownParser.topAnchors(json, 0, json.length, breakdown);
+        }
+        if (!row.isNullAt(LATENCY_MS)) {
+            record.setLong(LATENCY_MS, row.getInt(LATENCY_MS));
+        }
         ByteArrayOutputStream text = new ByteArrayOutputStream(64);
-        for (int column : new int[] {EVENT_ID, DOC_TYPE, SNAPSHOT_STATUS}) {
+        for (int column : new int[] {EVENT_ID, DOC_TYPE, SNAPSHOT_STATUS, MODEL}) {
             if (row.isNullAt(column)) {
                 continue;
             }
@@ -110,6 +154,59 @@ public final class SnapshotRecord implements BinarySummaryDecoder.Fields {
             }
         }
         return record;
+    }
+
+    /**
+     * The byte scanner's columns into a record (the deserializer's, one record after the
+     * other): strings as ranges of the record's own bytes, the breakdown read straight from
+     * them, in one pass when written as the contract writes it ({@link
+     * BreakdownParser#fastKinds}).
+     */
+    static final class JsonColumns implements TopLevelFieldScanner.Columns {
+        SnapshotRecord record;
+
+        @Override
+        public void text(int field, byte[] m, int from, int to) {
+            if (field == KINDS) {
+                // A JSON column's string is its text, as in the row.
+                BreakdownParser.kinds(m, from, to, record.breakdown);
+            } else if (field == TOP_ANCHORS) {
+                BreakdownParser.topAnchors(m, from, to, record.breakdown);
+            } else {
+                record.text = m;
+                record.setText(field, from, to - from);
+            }
+        }
+
+        @Override
+        public void integer(int field, long value) {
+            record.setLong(field, value);
+        }
+
+        @Override
+        public void real(int field, double value) {
+            record.setDouble(field, value);
+        }
+
+        @Override
+        public int json(int field, byte[] m, int p, int n) {
+            EventBreakdown b = record.breakdown;
+            int end = field == KINDS
+                    ? BreakdownParser.fastKinds(m, p, n, b)
+                    : BreakdownParser.fastTop(m, p, n, b);
+            if (end >= 0) {
+                return end;
+            }
+            end = JsonSyntax.skipJson(m, p, n);
+            if (end >= 0) {
+                if (field == KINDS) {
+                    BreakdownParser.kinds(m, p, end, b);
+                } else {
+                    BreakdownParser.topAnchors(m, p, end, b);
+                }
+            }
+            return end;
+        }
     }
 
     /** Per field of a binary summary (its schema's order), its column; -1: not read here. */
@@ -138,6 +235,32 @@ public final class SnapshotRecord implements BinarySummaryDecoder.Fields {
         setDouble(COLUMN_OF_FIELD[field], value);
     }
 
+    @Override
+    public void breakdown() {
+        // A v2 summary: its breakdown, maybe empty. The holder is lent by the caller.
+    }
+
+    @Override
+    public void kind(int kind, byte[] array, int nameFrom, int nameLength, long anchors,
+            double mean, double max) {
+        breakdown.kind(kind, anchors, mean, max);
+    }
+
+    @Override
+    public void topAnchor(boolean printable, byte[] array, int idFrom, int idLength,
+            long position, double drift) {
+        if (printable) {
+            breakdown.topAnchorAscii(array, idFrom, idLength, position, drift);
+        } else {
+            breakdown.topAnchor(array, idFrom, idLength, position, drift);
+        }
+    }
+
+    @Override
+    public void endBreakdown() {
+        breakdown.endKinds();
+    }
+
     private void setText(int column, int from, int length) {
         present |= 1 << column;
         if (column == EVENT_ID) {
@@ -146,19 +269,24 @@ public final class SnapshotRecord implements BinarySummaryDecoder.Fields {
         } else if (column == DOC_TYPE) {
             docTypeFrom = from;
             docTypeLength = length;
+        } else if (column == MODEL) {
+            modelFrom = from;
+            modelLength = length;
         } else {
             statusFrom = from;
             statusLength = length;
         }
     }
 
-    /** An integer column (both int columns hold what an INT holds: their decoders check). */
+    /** An integer column (the int columns hold what an INT holds: their decoders check). */
     private void setLong(int column, long value) {
         present |= 1 << column;
         if (column == EVENT_TIME_MS) {
             eventTimeMs = value;
         } else if (column == ANCHOR_COUNT) {
             anchorCount = (int) value;
+        } else if (column == LATENCY_MS) {
+            latencyMs = (int) value;
         } else {
             resampleCount = (int) value;
         }
@@ -255,6 +383,18 @@ public final class SnapshotRecord implements BinarySummaryDecoder.Fields {
         return chars > max;
     }
 
+    /** Whether the record names a model (a string; the route holds it to the contract). */
+    boolean hasModel() {
+        return !isNullAt(MODEL);
+    }
+
+    /** The request's latency in ms, or -1: none, or outside the contract's 0 to an hour. */
+    int latency() {
+        return isNullAt(LATENCY_MS) || latencyMs < 0 || latencyMs > LATENCY_MAX_MS
+                ? -1
+                : latencyMs;
+    }
+
     /** The doc type (a valid record's), decoded. */
     String docType() {
         return string(docTypeFrom, docTypeLength);
@@ -264,15 +404,15 @@ public final class SnapshotRecord implements BinarySummaryDecoder.Fields {
         return new String(text, from, length, StandardCharsets.UTF_8);
     }
 
-    /** The record for SQL (dead letters, late tallies): the columns, then where and why. */
+    /** The record for SQL (dead letters, late tallies): {@link #ROW_COLUMNS}, then where and why. */
     Row toRow(boolean late) {
-        Row out = new Row(COLUMNS.length + 3);
+        Row out = new Row(ROW_COLUMNS.length + 3);
         out.setField(EVENT_ID, isNullAt(EVENT_ID) ? null : string(idFrom, idLength));
         out.setField(DOC_TYPE, isNullAt(DOC_TYPE) ? null : docType());
         out.setField(
                 SNAPSHOT_STATUS,
                 isNullAt(SNAPSHOT_STATUS) ? null : string(statusFrom, statusLength));
-        out.setField(PAYLOAD, payload);
+        out.setField(ROW_PAYLOAD, payload);
         out.setField(EVENT_TIME_MS, isNullAt(EVENT_TIME_MS) ? null : eventTimeMs);
         out.setField(ANCHOR_COUNT, isNullAt(ANCHOR_COUNT) ? null : anchorCount);
         out.setField(RESAMPLE_COUNT, isNullAt(RESAMPLE_COUNT) ? null : resampleCount);
@@ -280,9 +420,9 @@ public final class SnapshotRecord implements BinarySummaryDecoder.Fields {
         out.setField(MAX_DRIFT, isNullAt(MAX_DRIFT) ? null : maxDrift);
         out.setField(
                 MAX_KL_DIVERGENCE, isNullAt(MAX_KL_DIVERGENCE) ? null : maxKlDivergence);
-        out.setField(COLUMNS.length, partition);
-        out.setField(COLUMNS.length + 1, offset);
-        out.setField(COLUMNS.length + 2, late);
+        out.setField(ROW_COLUMNS.length, partition);
+        out.setField(ROW_COLUMNS.length + 1, offset);
+        out.setField(ROW_COLUMNS.length + 2, late);
         return out;
     }
 }

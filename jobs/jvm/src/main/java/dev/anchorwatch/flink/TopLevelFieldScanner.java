@@ -3,9 +3,18 @@ package dev.anchorwatch.flink;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
 
+import static dev.anchorwatch.flink.JsonSyntax.NULL;
+import static dev.anchorwatch.flink.JsonSyntax.literal;
+import static dev.anchorwatch.flink.JsonSyntax.numberEnd;
+import static dev.anchorwatch.flink.JsonSyntax.plainStringEnd;
+import static dev.anchorwatch.flink.JsonSyntax.skipJson;
+import static dev.anchorwatch.flink.JsonSyntax.skipValue;
+import static dev.anchorwatch.flink.JsonSyntax.ws;
+
 import ch.randelshofer.fastdoubleparser.JsonDoubleParser;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Set;
 
 import org.apache.flink.table.data.GenericRowData;
 import org.apache.flink.table.data.StringData;
@@ -23,6 +32,13 @@ import org.apache.flink.table.types.logical.RowType;
  * (a string without escapes for STRING, an integer literal that fits for INT and BIGINT, a
  * number for DOUBLE, or null). Anything else, malformed or merely unusual, returns null and
  * the caller asks Jackson, so the rare records keep exactly today's outcome.
+ *
+ * <p>A STRING column named as a JSON column (a snapshot's {@code kinds} and {@code
+ * top_anchors}) takes an object or array as its text: here the value's own bytes, when no
+ * string inside it has an escape; Jackson gives the same value re-written compactly (its
+ * tree's {@code toString()}, JsonParserToRowDataConverters#convertToString in flink-json
+ * 2.2.1). The two texts may differ in whitespace and number spelling, not in the JSON value
+ * they hold, which is what their one reader ({@link BreakdownParser}) reads.
  */
 final class TopLevelFieldScanner implements Serializable {
 
@@ -30,38 +46,49 @@ final class TopLevelFieldScanner implements Serializable {
 
     enum Kind {
         STRING,
+        /** A STRING column that takes an object or array as its JSON text. */
+        JSON,
         INT,
         BIGINT,
         DOUBLE
     }
 
     /** Returned by the scanning methods for input the scanner will not vouch for. */
-    private static final int UNSURE = -1;
-
-    // Well below Jackson's own limits (nesting 1000, numbers 1000 characters): past these
-    // Jackson might refuse a document the scanner would accept.
-    private static final int MAX_DEPTH = 256;
-    private static final int MAX_NUMBER_CHARS = 64;
-
-    /** Bytes that may follow one another inside a string without a closer look. */
-    private static final boolean[] PLAIN = new boolean[256];
-
-    static {
-        for (int b = 0x20; b < 0x80; b++) {
-            PLAIN[b] = b != '"' && b != '\\';
-        }
-    }
+    static final int UNSURE = JsonSyntax.UNSURE;
 
     private final byte[][] names;
     private final Kind[] kinds;
 
+    /** Per name length, the fields whose name has it. */
+    private final int[][] byLength;
+
     private TopLevelFieldScanner(byte[][] names, Kind[] kinds) {
         this.names = names;
         this.kinds = kinds;
+        int longest = 0;
+        for (byte[] name : names) {
+            longest = Math.max(longest, name.length);
+        }
+        byLength = new int[longest + 1][];
+        Arrays.fill(byLength, NONE);
+        for (int i = 0; i < names.length; i++) {
+            int[] same = byLength[names[i].length];
+            same = Arrays.copyOf(same, same.length + 1);
+            same[same.length - 1] = i;
+            byLength[names[i].length] = same;
+        }
     }
 
     /** A scanner for {@code rowType}, or null when a column's type is not one it decodes. */
     static TopLevelFieldScanner forRowType(RowType rowType) {
+        return forRowType(rowType, Set.of());
+    }
+
+    /**
+     * A scanner for {@code rowType} whose STRING columns named in {@code jsonColumns} take
+     * objects and arrays as their text; null when a column's type is not one it decodes.
+     */
+    static TopLevelFieldScanner forRowType(RowType rowType, Set<String> jsonColumns) {
         List<RowType.RowField> fields = rowType.getFields();
         if (fields.size() > 64) {
             return null;
@@ -73,6 +100,9 @@ final class TopLevelFieldScanner implements Serializable {
             kinds[i] = kindOf(fields.get(i).getType());
             if (kinds[i] == null) {
                 return null;
+            }
+            if (kinds[i] == Kind.STRING && jsonColumns.contains(fields.get(i).getName())) {
+                kinds[i] = Kind.JSON;
             }
         }
         return new TopLevelFieldScanner(names, kinds);
@@ -99,41 +129,68 @@ final class TopLevelFieldScanner implements Serializable {
     }
 
     /**
+     * Where {@link #decode(byte[], Columns)} puts the declared fields' values (field: the
+     * column's index); a NULL value puts nothing.
+     */
+    interface Columns {
+        /** A plain string's UTF-8, {@code m[from, to)}. */
+        void text(int field, byte[] m, int from, int to);
+
+        void integer(int field, long value);
+
+        void real(int field, double value);
+
+        /**
+         * A JSON column's object or array at {@code p} (up to {@code n}): the position after
+         * it, or {@link #UNSURE} for Jackson. {@link #skipJson} is what the row does.
+         */
+        int json(int field, byte[] m, int p, int n);
+    }
+
+    /**
      * The declared fields of {@code m} in a row of {@code width} (at least the declared
      * count; extra positions stay NULL), or null when the caller must ask Jackson.
      */
     GenericRowData decode(byte[] m, int width) {
+        RowColumns row = new RowColumns(width);
+        return decode(m, row) ? row.row : null;
+    }
+
+    /**
+     * The declared fields of {@code m} into {@code out}; false when the caller must ask
+     * Jackson (then {@code out} may hold some fields: discard it).
+     */
+    boolean decode(byte[] m, Columns out) {
         if (m == null) {
-            return null;
+            return false;
         }
         final int n = m.length;
         int p = ws(m, 0, n);
         if (p >= n || m[p] != '{') {
-            return null;
+            return false;
         }
-        GenericRowData row = new GenericRowData(width);
         long seen = 0;
         p = ws(m, p + 1, n);
         if (p < n && m[p] == '}') {
-            return row;
+            return true;
         }
         while (true) {
             if (p >= n || m[p] != '"') {
-                return null;
+                return false;
             }
             int keyStart = p + 1;
             int keyEnd = plainStringEnd(m, keyStart, n);
             if (keyEnd < 0) {
                 // Escapes or other bytes in the name: it might spell a declared one.
-                return null;
+                return false;
             }
             p = ws(m, keyEnd + 1, n);
             if (p >= n || m[p] != ':') {
-                return null;
+                return false;
             }
             p = ws(m, p + 1, n);
             if (p >= n) {
-                return null;
+                return false;
             }
             int field = fieldIndex(m, keyStart, keyEnd);
             if (field < 0) {
@@ -142,50 +199,92 @@ final class TopLevelFieldScanner implements Serializable {
                 long bit = 1L << field;
                 if ((seen & bit) != 0) {
                     // Jackson keeps the last copy and then stops counting: leave it to it.
-                    return null;
+                    return false;
                 }
                 seen |= bit;
-                p = decodeValue(m, p, n, field, row);
+                p = decodeValue(m, p, n, field, out);
             }
             if (p < 0) {
-                return null;
+                return false;
             }
             p = ws(m, p, n);
             if (p >= n) {
-                return null;
+                return false;
             }
             if (m[p] == ',') {
                 p = ws(m, p + 1, n);
             } else if (m[p] == '}') {
                 // Like Jackson, nothing after the object's end is read.
-                return row;
+                return true;
             } else {
-                return null;
+                return false;
             }
+        }
+    }
+
+    /** The columns as a row, strings copied (the format's caller may reuse its array). */
+    private final class RowColumns implements Columns {
+        final GenericRowData row;
+
+        RowColumns(int width) {
+            row = new GenericRowData(width);
+        }
+
+        @Override
+        public void text(int field, byte[] m, int from, int to) {
+            row.setField(field, StringData.fromBytes(Arrays.copyOfRange(m, from, to)));
+        }
+
+        @Override
+        public void integer(int field, long value) {
+            row.setField(field, kinds[field] == Kind.INT ? (Object) (int) value : value);
+        }
+
+        @Override
+        public void real(int field, double value) {
+            row.setField(field, value);
+        }
+
+        @Override
+        public int json(int field, byte[] m, int p, int n) {
+            int end = skipJson(m, p, n);
+            if (end >= 0) {
+                text(field, m, p, end);
+            }
+            return end;
         }
     }
 
     private int fieldIndex(byte[] m, int start, int end) {
         int len = end - start;
-        for (int i = 0; i < names.length; i++) {
+        // Names of this length only (most lengths have one or none).
+        int[] candidates = len < byLength.length ? byLength[len] : NONE;
+        for (int i : candidates) {
             byte[] name = names[i];
-            if (name.length == len
-                    && Arrays.equals(m, start, end, name, 0, len)) {
+            if (Arrays.equals(m, start, end, name, 0, len)) {
                 return i;
             }
         }
         return -1;
     }
 
-    /** Decodes the value at {@code p} into {@code row}; returns the position after it. */
-    private int decodeValue(byte[] m, int p, int n, int field, GenericRowData row) {
+    private static final int[] NONE = {};
+
+    /** Decodes the value at {@code p} into {@code out}; returns the position after it. */
+    private int decodeValue(byte[] m, int p, int n, int field, Columns out) {
         byte c = m[p];
         if (c == 'n') {
             return literal(m, p, n, NULL);
         }
-        switch (kinds[field]) {
+        Kind kind = kinds[field];
+        if (kind == Kind.JSON && (c == '{' || c == '[')) {
+            return out.json(field, m, p, n);
+        }
+        switch (kind) {
+            case JSON:
             case STRING:
                 {
+                    // A JSON column's plain string is its text too, as for Jackson.
                     if (c != '"') {
                         return UNSURE;
                     }
@@ -193,8 +292,7 @@ final class TopLevelFieldScanner implements Serializable {
                     if (end < 0) {
                         return UNSURE;
                     }
-                    row.setField(
-                            field, StringData.fromBytes(Arrays.copyOfRange(m, p + 1, end)));
+                    out.text(field, m, p + 1, end);
                     return end + 1;
                 }
             case INT:
@@ -202,7 +300,7 @@ final class TopLevelFieldScanner implements Serializable {
                 {
                     int end = numberEnd(m, p, n);
                     int digits = end - p - (c == '-' ? 1 : 0);
-                    if (end < 0 || digits > (kinds[field] == Kind.INT ? 9 : 18)) {
+                    if (end < 0 || digits > (kind == Kind.INT ? 9 : 18)) {
                         return UNSURE;
                     }
                     long value = 0;
@@ -217,7 +315,7 @@ final class TopLevelFieldScanner implements Serializable {
                     if (c == '-') {
                         value = -value;
                     }
-                    row.setField(field, kinds[field] == Kind.INT ? (Object) (int) value : value);
+                    out.integer(field, value);
                     return end;
                 }
             case DOUBLE:
@@ -229,7 +327,7 @@ final class TopLevelFieldScanner implements Serializable {
                     // What Jackson does too: a correctly rounded parse of the literal (the
                     // same double as Double.parseDouble, without building a String or its
                     // big-number slow path for 17-digit literals).
-                    row.setField(field, JsonDoubleParser.parseDouble(m, p, end - p));
+                    out.real(field, JsonDoubleParser.parseDouble(m, p, end - p));
                     return end;
                 }
             default:
@@ -237,274 +335,4 @@ final class TopLevelFieldScanner implements Serializable {
         }
     }
 
-    private static int ws(byte[] m, int p, int n) {
-        while (p < n) {
-            byte c = m[p];
-            if (c != ' ' && c != '\n' && c != '\r' && c != '\t') {
-                break;
-            }
-            p++;
-        }
-        return p;
-    }
-
-    /** Checks any JSON value at {@code p}; returns the position after it. */
-    private static int skipValue(byte[] m, int p, int n, int depth) {
-        switch (m[p]) {
-            case '"':
-                return stringEnd(m, p + 1, n);
-            case '{':
-                return skipObject(m, p, n, depth + 1);
-            case '[':
-                return skipArray(m, p, n, depth + 1);
-            case 't':
-                return literal(m, p, n, TRUE);
-            case 'f':
-                return literal(m, p, n, FALSE);
-            case 'n':
-                return literal(m, p, n, NULL);
-            default:
-                return numberEnd(m, p, n);
-        }
-    }
-
-    private static int skipObject(byte[] m, int p, int n, int depth) {
-        if (depth > MAX_DEPTH) {
-            return UNSURE;
-        }
-        p = ws(m, p + 1, n);
-        if (p < n && m[p] == '}') {
-            return p + 1;
-        }
-        while (true) {
-            if (p >= n || m[p] != '"') {
-                return UNSURE;
-            }
-            p = stringEnd(m, p + 1, n);
-            if (p < 0) {
-                return UNSURE;
-            }
-            p = ws(m, p, n);
-            if (p >= n || m[p] != ':') {
-                return UNSURE;
-            }
-            p = ws(m, p + 1, n);
-            if (p >= n) {
-                return UNSURE;
-            }
-            p = skipValue(m, p, n, depth);
-            if (p < 0) {
-                return UNSURE;
-            }
-            p = ws(m, p, n);
-            if (p >= n) {
-                return UNSURE;
-            }
-            if (m[p] == ',') {
-                p = ws(m, p + 1, n);
-            } else if (m[p] == '}') {
-                return p + 1;
-            } else {
-                return UNSURE;
-            }
-        }
-    }
-
-    private static int skipArray(byte[] m, int p, int n, int depth) {
-        if (depth > MAX_DEPTH) {
-            return UNSURE;
-        }
-        p = ws(m, p + 1, n);
-        if (p < n && m[p] == ']') {
-            return p + 1;
-        }
-        while (true) {
-            if (p >= n) {
-                return UNSURE;
-            }
-            p = skipValue(m, p, n, depth);
-            if (p < 0) {
-                return UNSURE;
-            }
-            p = ws(m, p, n);
-            if (p >= n) {
-                return UNSURE;
-            }
-            if (m[p] == ',') {
-                p = ws(m, p + 1, n);
-            } else if (m[p] == ']') {
-                return p + 1;
-            } else {
-                return UNSURE;
-            }
-        }
-    }
-
-    /**
-     * End (the closing quote's position) of a string starting at {@code p} that holds only
-     * printable ASCII without escapes; UNSURE for anything else.
-     */
-    private static int plainStringEnd(byte[] m, int p, int n) {
-        while (p < n && PLAIN[m[p] & 0xFF]) {
-            p++;
-        }
-        return p < n && m[p] == '"' ? p : UNSURE;
-    }
-
-    /** Position after the closing quote of a string whose content starts at {@code p}. */
-    private static int stringEnd(byte[] m, int p, int n) {
-        while (true) {
-                while (p < n && PLAIN[m[p] & 0xFF]) {
-                p++;
-            }
-            if (p >= n) {
-                return UNSURE;
-            }
-            int c = m[p] & 0xFF;
-            if (c == '"') {
-                return p + 1;
-            } else if (c == '\\') {
-                p = escapeEnd(m, p + 1, n);
-            } else if (c >= 0x80) {
-                p = utf8End(m, p, n, c);
-            } else {
-                // A raw control character: Flink lets Jackson accept it; not ours to judge.
-                return UNSURE;
-            }
-            if (p < 0) {
-                return UNSURE;
-            }
-        }
-    }
-
-    private static int escapeEnd(byte[] m, int p, int n) {
-        if (p >= n) {
-            return UNSURE;
-        }
-        switch (m[p]) {
-            case '"':
-            case '\\':
-            case '/':
-            case 'b':
-            case 'f':
-            case 'n':
-            case 'r':
-            case 't':
-                return p + 1;
-            case 'u':
-                if (p + 4 >= n) {
-                    return UNSURE;
-                }
-                for (int i = p + 1; i <= p + 4; i++) {
-                    if (Character.digit(m[i], 16) < 0) {
-                        return UNSURE;
-                    }
-                }
-                return p + 5;
-            default:
-                return UNSURE;
-        }
-    }
-
-    /** Position after a well-formed UTF-8 sequence (no overlong forms, no surrogates). */
-    private static int utf8End(byte[] m, int p, int n, int c) {
-        int len;
-        int min;
-        if (c >= 0xC2 && c <= 0xDF) {
-            len = 2;
-            min = 0x80;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            len = 3;
-            min = 0x800;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            len = 4;
-            min = 0x10000;
-        } else {
-            return UNSURE;
-        }
-        if (p + len > n) {
-            return UNSURE;
-        }
-        int cp = c & (0xFF >> (len + 1));
-        for (int i = 1; i < len; i++) {
-            int b = m[p + i] & 0xFF;
-            if ((b & 0xC0) != 0x80) {
-                return UNSURE;
-            }
-            cp = (cp << 6) | (b & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-            return UNSURE;
-        }
-        return p + len;
-    }
-
-    /** Position after a JSON number at {@code p}: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
-    private static int numberEnd(byte[] m, int p, int n) {
-        int start = p;
-        if (p < n && m[p] == '-') {
-            p++;
-        }
-        if (p >= n) {
-            return UNSURE;
-        }
-        if (m[p] == '0') {
-            p++;
-        } else if (m[p] >= '1' && m[p] <= '9') {
-            p = digitsEnd(m, p + 1, n);
-        } else {
-            return UNSURE;
-        }
-        if (p < n && m[p] == '.') {
-            int q = digitsEnd(m, p + 1, n);
-            if (q == p + 1) {
-                return UNSURE;
-            }
-            p = q;
-        }
-        if (p < n && (m[p] == 'e' || m[p] == 'E')) {
-            p++;
-            if (p < n && (m[p] == '+' || m[p] == '-')) {
-                p++;
-            }
-            int q = digitsEnd(m, p, n);
-            if (q == p) {
-                return UNSURE;
-            }
-            p = q;
-        }
-        // Jackson reads a number up to a separator: "1x" or "01" is its error, not a number.
-        if (p < n && !endsNumber(m[p])) {
-            return UNSURE;
-        }
-        return p - start > MAX_NUMBER_CHARS ? UNSURE : p;
-    }
-
-    private static boolean endsNumber(byte c) {
-        return c == ',' || c == '}' || c == ']' || c == ' ' || c == '\n' || c == '\r'
-                || c == '\t';
-    }
-
-    private static int digitsEnd(byte[] m, int p, int n) {
-        while (p < n && m[p] >= '0' && m[p] <= '9') {
-            p++;
-        }
-        return p;
-    }
-
-    private static final byte[] TRUE = {'t', 'r', 'u', 'e'};
-    private static final byte[] FALSE = {'f', 'a', 'l', 's', 'e'};
-    private static final byte[] NULL = {'n', 'u', 'l', 'l'};
-
-    private static int literal(byte[] m, int p, int n, byte[] word) {
-        int end = p + word.length;
-        if (end > n || !Arrays.equals(m, p, end, word, 0, word.length)) {
-            return UNSURE;
-        }
-        // "nullx" is Jackson's error too, but let it say so.
-        if (end < n && !endsNumber(m[end])) {
-            return UNSURE;
-        }
-        return end;
-    }
 }

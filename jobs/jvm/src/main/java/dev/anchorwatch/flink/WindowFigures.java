@@ -57,6 +57,12 @@ public final class WindowFigures extends AggregateFunction<Row, WindowFigures.Ac
         public long resamples;
         public double klSum;
         public IdSet ids = new IdSet();
+        /**
+         * The window's breakdown, when the drift job counts it (null in the SQL aggregate,
+         * and in a window restored from a job before it). Transient: not part of the SQL
+         * aggregate's state type; {@link AccumulatorSerializer} writes it.
+         */
+        public transient WindowBreakdown breakdown;
 
         /** Counts one event (its id, if deduplicating, already checked). */
         void add(double drift, int anchorCount, boolean disabledStatus, int resampleCount,

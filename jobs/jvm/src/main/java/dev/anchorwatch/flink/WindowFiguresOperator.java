@@ -16,8 +16,10 @@ import org.apache.flink.types.Row;
 
 /**
  * Keyed by doc type: the figures of each tumbling event-time window ({@link
- * WindowFigures.Accumulator}, each event id once when deduplicating), emitted as one row when
- * the watermark passes the window's end, as Flink's window aggregation would.
+ * WindowFigures.Accumulator}, each event id once when deduplicating) and its breakdown
+ * ({@link WindowBreakdown}: kinds, top anchors, models, latency, of the same events),
+ * emitted as one row when the watermark passes the window's end, as Flink's window
+ * aggregation would.
  *
  * <p>The windows being counted live in a plain map between checkpoints and go into keyed state
  * just before each barrier, so an event costs a map lookup, never a state read: with RocksDB
@@ -54,8 +56,8 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
     /** Ids in each doc type's last fired window: how big to make its next window's set. */
     private transient Map<String, Integer> lastWindowIds;
 
-    /** Which of a run of a batch's ids were new to their set ({@link IdSet#addHashes}). */
-    private transient boolean[] fresh;
+    /** Counts a batch's runs into their windows. */
+    private transient RunCounter runs;
 
     WindowFiguresOperator(long windowSizeMs, boolean deduplicate, long lateReportMs) {
         this.windowSizeMs = windowSizeMs;
@@ -78,7 +80,7 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
         late = new HashMap<>();
         lateCounts = new HashMap<>();
         lastWindowIds = new HashMap<>();
-        fresh = new boolean[RouteSnapshots.BATCH_EVENTS];
+        runs = new RunCounter(deduplicate);
         scheduleLateReport();
     }
 
@@ -106,12 +108,10 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
         DriftBatch b = element.getValue();
         String docType = (String) getCurrentKey();
         long watermark = windowEnds.currentWatermark();
-        if (fresh.length < b.size) {
-            fresh = new boolean[b.size];
-        }
-        // The events of a batch mostly share a window: taken a run of one window at a time,
-        // its ids added to the window's set together (IdSet#addHashes).
+        runs.startBatch(b);
+        // The events of a batch mostly share a window: taken a run of one window at a time.
         int i = 0;
+        int candidate = 0;
         while (i < b.size) {
             long start = windowStart(b.eventTimeMs[i], windowSizeMs);
             long last = start + windowSizeMs - 1;
@@ -120,25 +120,17 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
                 end++;
             }
             if (last <= watermark) {
-                tallyLate(docType, b, i, end);
+                tallyLate(docType, b, i, end, runs.fresh);
+                candidate = RunCounter.skip(b, candidate, end);
             } else {
-                WindowFigures.Accumulator acc = open(docType, start, last);
-                if (deduplicate) {
-                    acc.ids.addHashes(b.idHigh, b.idLow, i, end, fresh);
-                }
-                for (int k = i; k < end; k++) {
-                    if (!deduplicate || fresh[k - i]) {
-                        acc.add(b.meanDrift[k], b.anchorCount[k], b.disabled[k],
-                                b.resampleCount[k], b.maxKlDivergence[k]);
-                    }
-                }
+                candidate = runs.count(open(docType, start, last), b, i, end, candidate);
             }
             i = end;
         }
     }
 
     /** Events [from, to) of the batch, whose window has fired: tallied late, each id once. */
-    private void tallyLate(String docType, DriftBatch b, int from, int to) {
+    private void tallyLate(String docType, DriftBatch b, int from, int to, boolean[] fresh) {
         long count = deduplicate
                 ? late.computeIfAbsent(docType, k -> new IdSet())
                         .addHashes(b.idHigh, b.idLow, from, to, fresh)
@@ -164,6 +156,7 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
             acc = stored.value();
             if (acc == null) {
                 acc = new WindowFigures.Accumulator();
+                acc.breakdown = new WindowBreakdown();
                 if (deduplicate) {
                     // Sized for as many ids as the type's last window had: the set then
                     // rarely grows, and each growth re-inserts every id (a cache miss each).
@@ -207,7 +200,8 @@ final class WindowFiguresOperator extends AbstractStreamOperator<Row>
                             // from a job that had another window size.
                             DriftFront.windowRow(
                                     docType, start, timer.getTimestamp() + 1,
-                                    WindowFigures.figures(acc))));
+                                    WindowFigures.figures(acc),
+                                    acc.breakdown == null ? null : acc.breakdown.toJson())));
         }
     }
 
