@@ -55,7 +55,13 @@ from anchorwatch.alerting.silence_book import SilenceBook
 from anchorwatch.alerting.silences import Hold
 from anchorwatch.alerting.slack_actions import AckQueue
 from anchorwatch.alerting.store import BatchWrite, DocTypeRow, IncidentRow, Store
-from anchorwatch.alerting.views import HELD_REASONS, change_view, held_reasons
+from anchorwatch.alerting.views import (
+    HELD_BREAKDOWN,
+    HELD_REASONS,
+    change_view,
+    held_breakdown,
+    held_reasons,
+)
 from anchorwatch.contracts import (
     Baseline,
     ContractError,
@@ -386,6 +392,8 @@ class Engine(Releasing):
         if held.by is not None:
             # Posted later from the row (release_held): it must still say why it opened.
             record[HELD_REASONS] = held_reasons(row, view.reasons)
+            if found := held_breakdown(view.window):
+                record[HELD_BREAKDOWN] = found
         waited = row.wait_until_ms if row and row.held_by == GROUP_WAIT else None
         resolved = change.kind == "resolved"
         new_row = IncidentRow(
@@ -502,8 +510,9 @@ class Engine(Releasing):
                 row = self._open.get(record["incident_id"]) if record else None
                 if row is None or record is None:
                     continue
-                if HELD_REASONS in row.record:  # the detector does not keep them
-                    record = {**record, HELD_REASONS: row.record[HELD_REASONS]}
+                for key in (HELD_REASONS, HELD_BREAKDOWN):  # the detector does not keep them
+                    if key in row.record:
+                        record = {**record, key: row.record[key]}
                 if record == row.record:
                     continue
                 new_row = replace(row, record=record, severity=record["severity"])

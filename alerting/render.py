@@ -18,14 +18,17 @@ the signal blinding each, and the signals seen). Only a drift incident shows dri
 from __future__ import annotations
 
 import hashlib
+import math
+import struct
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 from urllib.parse import quote, urlsplit
 
 from anchorwatch.contracts import Reason, Verdict, WindowAggregate
+from anchorwatch.contracts.breakdown import KINDS
 
 Severity = Literal["warning", "critical"]
 IncidentState = Literal["open", "updated", "resolved"]
@@ -69,24 +72,71 @@ class IncidentView:
     members: tuple[tuple[str, str], ...] = ()
     # The notice: the signals seen (a stalled watermark may blind no type it can name).
     signals: tuple[str, ...] = ()
+    # A drift incident: the start of the first breaching window of the run that opened it
+    # (None: not known, e.g. a view stored before it was kept).
+    first_breach_ms: int | None = None
+    # A drift incident whose window has per-kind figures: the type's figures before the
+    # incident, from its history (``breakdown_text.with_history``): mean drift per anchor
+    # kind, and over all.
+    kinds_before: Mapping[str, float] | None = None
+    drift_before: float | None = None
+
+
+#: A window point's per-kind means (``WindowPoint.kind_drift``): one float32 per kind of
+#: ``KINDS``, NaN for a kind the window had no anchors of.
+_KIND_PACK = struct.Struct(f"<{len(KINDS)}f")
+
+
+def pack_kind_means(means: Mapping[str, float] | None) -> bytes:
+    """Per-kind means as ``WindowPoint.kind_drift`` holds them (``b""``: no breakdown)."""
+    if means is None:
+        return b""
+    return _KIND_PACK.pack(*(means.get(kind, math.nan) for kind in KINDS))
 
 
 @dataclass(frozen=True, slots=True)  # slots: 30 per doc type are held, 10,000s of types
 class WindowPoint:
-    """One window of a type's history, for charts and evidence tables."""
+    """One window of a type's history, for charts and evidence tables; with the window's
+    breakdown when the job carried one: request latency p50/p95 and the mean drift per
+    anchor kind (packed: 65 bytes, where a tuple of 8 floats takes about 300)."""
 
     window_start_ms: int
     window_end_ms: int
     mean_drift: float
     threshold: float
     request_count: int
+    latency_p50_ms: int | None = None
+    latency_p95_ms: int | None = None
+    kind_drift: bytes = b""
 
     @classmethod
     def from_verdict(cls, verdict: Verdict) -> WindowPoint:
         w = verdict.window
-        return cls(
-            w.window_start_ms, w.window_end_ms, w.mean_drift, verdict.threshold, w.request_count
+        kinds: dict[str, float] | None = (
+            {k: f.mean_drift for k, f in w.kinds.items()} if w.kinds is not None else None
         )
+        return cls(
+            w.window_start_ms,
+            w.window_end_ms,
+            w.mean_drift,
+            verdict.threshold,
+            w.request_count,
+            w.latency_p50_ms,
+            w.latency_p95_ms,
+            pack_kind_means(kinds),
+        )
+
+    def kind_means(self) -> dict[str, float] | None:
+        """Mean drift per anchor kind present (None: the window had no breakdown)."""
+        if not self.kind_drift:
+            return None
+        values = _KIND_PACK.unpack(self.kind_drift)
+        return {k: v for k, v in zip(KINDS, values, strict=True) if not math.isnan(v)}
+
+    @property
+    def has_breakdown(self) -> bool:
+        latency = self.latency_p50_ms is not None or self.latency_p95_ms is not None
+        return bool(self.kind_drift) or latency
 
 
 # --------------------------------------------------------------------------- text

@@ -26,6 +26,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from anchorwatch.alerting.render import IncidentKind, IncidentView
 from anchorwatch.alerting.routing import NO_ROUTE, RouteInfo
 from anchorwatch.contracts import Reason, WindowAggregate
+from anchorwatch.contracts.models import KindFigures, ModelFigures, TopAnchor
 
 #: A template's longest source; the rendered text is cut to its target's limit anyway.
 TEMPLATE_MAX = 20_000
@@ -84,6 +85,8 @@ def check_template(
 
 
 def _sample_view(resolved: bool) -> IncidentView:
+    """A drift incident: open, its window with a breakdown (anchor kinds, models, latency)
+    to compare with the figures before it; resolved, a window without one (an older job)."""
     window = WindowAggregate(
         doc_type="sample_type",
         window_start_ms=1_767_621_720_000,
@@ -93,6 +96,8 @@ def _sample_view(resolved: bool) -> IncidentView:
         p95_drift=0.83,
         late_count=2,
     )
+    if not resolved:
+        window = window.model_copy(update=_SAMPLE_BREAKDOWN)
     return IncidentView(
         incident_id="i1-sample",
         doc_type="sample_type",
@@ -108,7 +113,27 @@ def _sample_view(resolved: bool) -> IncidentView:
         dashboard_url=None if resolved else "https://grafana.example.com/d/x",
         acked_by=None if resolved else "U0SAMPLE",
         acked_name=None if resolved else "sample",
+        kinds_before=None if resolved else {"SECTION": 0.61, "TABLE": 0.7},
+        drift_before=None if resolved else 0.64,
     )
+
+
+_SAMPLE_BREAKDOWN = {
+    "kinds": {
+        "SECTION": KindFigures(anchor_count=900, mean_drift=0.79, max_drift=0.98),
+        "TABLE": KindFigures(anchor_count=120, mean_drift=0.71, max_drift=0.9),
+    },
+    "top_anchors": [
+        TopAnchor(anchor_id="SECTION_004", position=1_204, drift_score=0.98, event_id="req-1")
+    ],
+    "models": [
+        ModelFigures(model="sample-model-2", request_count=53, mean_drift=0.88),
+        ModelFigures(model="sample-model-1", request_count=79, mean_drift=0.68),
+    ],
+    "latency_count": 132,
+    "latency_p50_ms": 412,
+    "latency_p95_ms": 1_790,
+}
 
 
 def _sample_kind(kind: IncidentKind) -> IncidentView:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Final
+from typing import Any, Final
 
 from anchorwatch.alerting.payload import view_from_json
 from anchorwatch.alerting.render import IncidentState, IncidentView, WindowPoint
@@ -57,6 +57,7 @@ def change_view(
         dashboard_url=dashboard_url,
         adapted_from=inc.adapted_from if inc.resolution == "adapted" else None,
         adapted_to=inc.adapted_to if inc.resolution == "adapted" else None,
+        first_breach_ms=inc.first_breach_ms,
     )
 
 
@@ -64,6 +65,17 @@ def change_view(
 HELD_REASONS = "held_reasons"
 #: The row record's key of the watchdog notice's latest view (``watchdog_post.py``).
 NOTICE_VIEW = "notice_view"
+
+
+#: The row record's key of a held incident's latest breakdown (where, which model): the
+#: window history keeps only its drift and latency, and a released post must say the rest.
+HELD_BREAKDOWN = "held_breakdown"
+_BREAKDOWN_FIELDS = frozenset({"kinds", "top_anchors", "models", "other_models"})
+
+
+def held_breakdown(window: WindowAggregate) -> dict[str, Any]:
+    """What a held incident's row keeps of its window's breakdown ({}: none)."""
+    return window.model_dump(mode="json", include=set(_BREAKDOWN_FIELDS), exclude_none=True)
 
 
 def held_reasons(row: IncidentRow | None, reasons: Sequence[Reason]) -> list[dict[str, str]]:
@@ -83,12 +95,19 @@ def row_view(
         view = view_from_json(row.record[NOTICE_VIEW])
         return replace(view, state="open", resolved_at_ms=None, acked_by=row.acked_by)
     last = history[-1] if history else None
-    window = WindowAggregate(
-        doc_type=row.doc_type,
-        window_start_ms=last.window_start_ms if last else row.opened_at_ms,
-        window_end_ms=last.window_end_ms if last else row.opened_at_ms,
-        request_count=last.request_count if last else 0,
-        mean_drift=last.mean_drift if last else 0.0,
+    window = WindowAggregate.model_validate(
+        {
+            "doc_type": row.doc_type,
+            "window_start_ms": last.window_start_ms if last else row.opened_at_ms,
+            "window_end_ms": last.window_end_ms if last else row.opened_at_ms,
+            "request_count": last.request_count if last else 0,
+            "mean_drift": last.mean_drift if last else 0.0,
+            # The point keeps the window's latency; a held row keeps the rest of the
+            # breakdown of the last window it was held with.
+            "latency_p50_ms": last.latency_p50_ms if last else None,
+            "latency_p95_ms": last.latency_p95_ms if last else None,
+            **row.record.get(HELD_BREAKDOWN, {}),
+        }
     )
     return IncidentView(
         incident_id=row.incident_id,
@@ -104,4 +123,5 @@ def row_view(
         reasons=[Reason.model_validate(r) for r in row.record.get(HELD_REASONS, ())],
         dashboard_url=dashboard_url,
         acked_by=row.acked_by,
+        first_breach_ms=row.record.get("first_breach_ms"),
     )

@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from anchorwatch.alerting.service_metrics import OTHER_MODELS, model_label
 from anchorwatch.contracts import WindowAggregate
 from anchorwatch.demo.generator import TrafficConfig, generate
 from anchorwatch.demo.slice import reference_windows
@@ -58,6 +59,35 @@ class Series:
                         label_text = ",".join(f'{k}="{v}"' for k, v in sorted(shown.items()))
                     yield f"{sample_name}{{{label_text}}} {value!r} {t_s:.3f}\n"
         yield "# EOF\n"
+
+
+def breakdown_series(out: Series, labels: dict[str, str], t: float, w: WindowAggregate) -> None:
+    """The alerting service's breakdown gauges of a type's latest window (service_metrics:
+    latency quantiles, mean drift per anchor kind, per model with its requests)."""
+    for quantile, ms in (("0.5", w.latency_p50_ms), ("0.95", w.latency_p95_ms)):
+        if ms is not None:
+            out.add(
+                "anchorwatch_alerting_window_request_latency_seconds",
+                "gauge",
+                {**labels, "quantile": quantile},
+                t,
+                ms / 1000,
+            )
+    for kind, figures in (w.kinds or {}).items():
+        out.add(
+            "anchorwatch_alerting_window_kind_mean_drift",
+            "gauge",
+            {**labels, "kind": kind},
+            t,
+            figures.mean_drift,
+        )
+    models = [(model_label(m.model), m.request_count, m.mean_drift) for m in w.models or []]
+    if w.other_models is not None:
+        models.append((OTHER_MODELS, w.other_models.request_count, w.other_models.mean_drift))
+    for model, requests, mean in models:
+        model_labels = {**labels, "model": model}
+        out.add("anchorwatch_alerting_window_model_requests", "gauge", model_labels, t, requests)
+        out.add("anchorwatch_alerting_window_model_mean_drift", "gauge", model_labels, t, mean)
 
 
 def traffic_series(live_minutes: int, history_minutes: int, seed: int) -> tuple[Series, int, int]:
@@ -170,6 +200,7 @@ def traffic_series(live_minutes: int, history_minutes: int, seed: int) -> tuple[
                     t,
                     share or 0.0,
                 )
+            breakdown_series(out, labels, t, window)
         for severity in ("warning", "critical"):
             count = sum(1 for level in breached.values() if level == severity)
             out.add(

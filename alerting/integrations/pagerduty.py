@@ -29,6 +29,12 @@ from typing import Any, Final, Literal
 
 from pydantic import SecretStr
 
+from anchorwatch.alerting.breakdown_text import (
+    NAME_MAX,
+    model_phrase,
+    where_phrase,
+    worst_anchors,
+)
 from anchorwatch.alerting.integrations.base import Delivered, Integration, Sender, missing
 from anchorwatch.alerting.integrations.paging import JsonPost, rfc3339
 from anchorwatch.alerting.integrations.paging_settings import PagerDutySection, routes
@@ -83,9 +89,35 @@ def pagerduty_summary(view: IncidentView) -> str:
 
 
 def custom_details(view: IncidentView) -> dict[str, Any]:
-    """What the alert's details show; ``doc_type`` is the exact doc type (JSON-escaped)."""
+    """What the alert's details show; ``doc_type`` is the exact doc type (JSON-escaped).
+    With the window's breakdown, when it has one: where in the document, which model, the
+    request latency."""
     if view.kind != "drift":
         return _kind_details(view)
+    return _drift_details(view) | _breakdown_details(view)
+
+
+def _plain_name(text: str) -> str:
+    return clean_text(truncate(text, NAME_MAX))
+
+
+def _breakdown_details(view: IncidentView) -> dict[str, Any]:
+    w = view.window
+    details: dict[str, Any] = {}
+    if where := where_phrase(view):
+        details["where"] = where
+    if worst := worst_anchors(w, _plain_name):
+        details["worst_anchors"] = worst
+    if model := model_phrase(w, view.threshold, _plain_name):
+        details["which_model"] = model
+    if w.latency_p95_ms is not None:
+        details["latency_p95_ms"] = w.latency_p95_ms
+    if w.latency_p50_ms is not None:
+        details["latency_p50_ms"] = w.latency_p50_ms
+    return details
+
+
+def _drift_details(view: IncidentView) -> dict[str, Any]:
     return {
         "doc_type": view.doc_type,
         "incident_id": view.incident_id,

@@ -203,6 +203,14 @@ def drift_event(change: IncidentChange, emitted_at_ms: int) -> DriftEvent:
         request_count=w.request_count if w is not None else 0,
         baseline_version=j.baseline_version if j is not None else inc.baseline_version,
         reasons=reasons,
+        # Where, which model, at what cost: the window's breakdown (None from a job before
+        # it, or without a window).
+        kinds=w.kinds if w is not None else None,
+        top_anchors=w.top_anchors if w is not None else None,
+        models=w.models if w is not None else None,
+        other_models=w.other_models if w is not None else None,
+        latency_p50_ms=w.latency_p50_ms if w is not None else None,
+        latency_p95_ms=w.latency_p95_ms if w is not None else None,
     )
     return DriftEvent(
         event_id=f"e1-{digest.hexdigest()[:32]}",

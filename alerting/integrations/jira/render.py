@@ -14,6 +14,10 @@ watchdog's notice its blind types, the signals and what to check. Their types ar
 doc types are shown (wiki-escaped), bounded with the count of the rest. While a template is
 the default one, a group and the notice use their own default; a custom template applies
 to every kind (its ``kind`` variable tells them apart).
+
+A drift window with a breakdown (``breakdown_text.py``) adds its latency to the description's
+figures and the update comments, and a section "Where and which model"; anchor ids, request
+ids and model names wiki-escaped as doc types are.
 """
 
 from __future__ import annotations
@@ -24,6 +28,13 @@ import string
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from anchorwatch.alerting.breakdown_text import (
+    NAME_MAX,
+    model_phrase,
+    where_phrase,
+    window_latency,
+    worst_anchors,
+)
 from anchorwatch.alerting.render import (
     BLIND_CHECKS,
     IncidentView,
@@ -208,8 +219,21 @@ Owner: *{{ owner }}*{{ " · [Runbook|" ~ runbook_url ~ "]" if runbook_url else "
 
 {% endif %}
 Mean drift *{{ mean_drift }}* against threshold *{{ threshold }}* ({{ baseline }}) over \
-{{ requests }} requests in {{ window }}.
+{{ requests }} requests in {{ window }}{{ "; " ~ latency if latency else "" }}.
 
+{% if where or which_model %}
+h4. Where and which model
+{% if where %}
+* Where in the document: {{ where }}
+{% endif %}
+{% for a in worst_anchors %}
+* Worst anchor: {{ a }}
+{% endfor %}
+{% if which_model %}
+* Which model: {{ which_model }}
+{% endif %}
+
+{% endif %}
 h4. Windows
 ||Window (UTC)||Requests||Mean drift||Threshold||
 {% for w in windows %}
@@ -330,6 +354,7 @@ def _jira_windows(
             "mean_drift": f"{p.mean_drift:.3f}",
             "threshold": f"{p.threshold:.3f}",
             "above": p.mean_drift > p.threshold,
+            "latency_p95": f"{p.latency_p95_ms:,} ms" if p.latency_p95_ms is not None else None,
         }
         for p in points
     ]
@@ -347,6 +372,7 @@ def description_variables(
     """What the description template is given: untrusted text wiki-escaped (shown
     literally: no markup, links, mentions or icons from a doc type), URLs made safe."""
     w = view.window
+    drift = view.kind == "drift"
     return {
         **_kind_variables(view),
         "doc_type": jira_escape(truncate(view.doc_type, 300)),
@@ -372,7 +398,17 @@ def description_variables(
         "dashboard_url": safe_url(view.dashboard_url),
         "owner": jira_escape(truncate(route.owner, 200)) if route.owner else None,
         "runbook_url": safe_url(route.runbook_url),
+        # A drift incident's breakdown, when its window has one (else None, or no anchors).
+        "where": jira_escape(where) if drift and (where := where_phrase(view)) else None,
+        "worst_anchors": worst_anchors(w, jira_name) if drift else [],
+        "which_model": model_phrase(w, view.threshold, jira_name) if drift else None,
+        "latency": window_latency(w) if drift else None,
     }
+
+
+def jira_name(text: str) -> str:
+    """An anchor id, request id or model name: untrusted, shown literally."""
+    return jira_escape(truncate(text, NAME_MAX))
 
 
 def jira_doc_type(doc_type: str) -> str:
@@ -456,9 +492,11 @@ def jira_update_comment(view: IncidentView) -> str:
             lines += ["", *_jira_reasons(view.reasons)]
         return truncate("\n".join(lines), JIRA_TEXT_MAX)
     w = view.window
+    latency = window_latency(w)
     lines = [
         f"Update, {window_span(w)}: mean drift *{w.mean_drift:.3f}* against threshold "
-        f"{view.threshold:.3f} over {w.request_count} requests; severity "
+        f"{view.threshold:.3f} over {w.request_count} requests; "
+        f"{latency + '; ' if latency else ''}severity "
         f"*{view.severity.upper()}*; peak so far {view.peak_mean_drift:.3f}.",
     ]
     if view.reasons:

@@ -18,6 +18,10 @@ watchdog's notice its blind types, the signals and what to check. The types of a
 the notice are listed as doc types are shown (inline code, escaped), bounded with the count
 of the rest. While a template is the default one, a group and the notice use their own
 default; a custom template applies to every kind (its ``kind`` variable tells them apart).
+
+A drift window with a breakdown (``breakdown_text.py``) adds its latency to the mean-drift
+field and the thread replies, and a section under the fields: where in the document, the
+worst anchors, which model; anchor ids, request ids and model names shown as doc types are.
 """
 
 from __future__ import annotations
@@ -36,6 +40,13 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
+from anchorwatch.alerting.breakdown_text import (
+    NAME_MAX,
+    model_phrase,
+    where_phrase,
+    window_latency,
+    worst_anchors,
+)
 from anchorwatch.alerting.render import (
     BLIND_CHECKS,
     IncidentView,
@@ -108,6 +119,24 @@ def slack_literal(text: str, limit: int = 120) -> str:
     return "`" + slack_escape(truncate(text, limit)).replace("`", "\u02cb") + "`"
 
 
+def slack_name(text: str) -> str:
+    """An anchor id, request id or model name: untrusted, shown as a doc type is."""
+    return slack_literal(text, NAME_MAX)
+
+
+def slack_breakdown(view: IncidentView) -> str | None:
+    """Where in the document, the worst anchors and which model, in mrkdwn (None: the
+    window has no breakdown, and the message reads as before)."""
+    lines = []
+    if where := where_phrase(view):
+        lines.append(f"*Where in the document*: {slack_escape(where)}")
+    if worst := worst_anchors(view.window, slack_name, 3):
+        lines.append("*Worst anchors*: " + " · ".join(worst))
+    if model := model_phrase(view.window, view.threshold, slack_name):
+        lines.append(f"*Which model*: {model}")
+    return truncate("\n".join(lines), SLACK_SECTION_MAX) if lines else None
+
+
 def slack_link(url: str | None, label: str) -> str | None:
     safe = safe_url(url)
     return f"<{safe}|{slack_escape(label)}>" if safe else None
@@ -164,6 +193,7 @@ def slack_variables(view: IncidentView, route: RouteInfo = NO_ROUTE) -> dict[str
     """What the parent's templates are given: each value already safe in mrkdwn (untrusted
     text escaped, the doc type as inline code), so no template can let it format or notify."""
     w = view.window
+    drift = view.kind == "drift"
     return {
         "kind": view.kind,
         "subject": slack_subject(view),
@@ -188,6 +218,11 @@ def slack_variables(view: IncidentView, route: RouteInfo = NO_ROUTE) -> dict[str
         "runbook_url": safe_url(route.runbook_url),
         "dashboard_url": safe_url(view.dashboard_url),
         "acked_by": slack_mention(view.acked_by) if view.acked_by else None,
+        # A drift incident's breakdown, when its window has one (else None).
+        "where": slack_escape(where) if drift and (where := where_phrase(view)) else None,
+        "worst_anchors": worst_anchors(w, slack_name) if drift else [],
+        "which_model": model_phrase(w, view.threshold, slack_name) if drift else None,
+        "latency": window_latency(w) if drift else None,
     }
 
 
@@ -266,8 +301,10 @@ def _parent_body(view: IncidentView) -> list[Block]:
             blocks.append(_section(truncate("\n".join(lines), SLACK_SECTION_MAX)))
         return blocks
     w = view.window
+    latency = window_latency(w)
     fields = [
-        f"*Mean drift*\n{w.mean_drift:.3f} (threshold {view.threshold:.3f})",
+        f"*Mean drift*\n{w.mean_drift:.3f} (threshold {view.threshold:.3f})"
+        + (f"\n{latency}" if latency else ""),
         f"*Requests*\n{w.request_count} in {window_span(w)}",
         f"*Peak mean drift*\n{view.peak_mean_drift:.3f}",
         f"*State*\n{state_phrase(view)}",
@@ -275,7 +312,10 @@ def _parent_body(view: IncidentView) -> list[Block]:
     ]
     if (adapted := adapted_phrase(view, slack_literal)) is not None:
         fields.append(f"*Resolution*\n{adapted}")
-    return [_fields(fields)]
+    body: list[Block] = [_fields(fields)]
+    if (breakdown := slack_breakdown(view)) is not None:
+        body.append(_section(breakdown))
+    return body
 
 
 def _blind_lines(view: IncidentView) -> list[str]:
@@ -306,9 +346,11 @@ def slack_update(view: IncidentView) -> SlackMessage:
     if view.kind != "drift":
         return _kind_update(view)
     w = view.window
+    latency = window_latency(w, short=True)
     line = (
         f":chart_with_upwards_trend: {window_span(w)}: mean drift *{w.mean_drift:.3f}* "
-        f"(threshold {view.threshold:.3f}, {w.request_count} requests) · "
+        f"(threshold {view.threshold:.3f}, {w.request_count} requests"
+        f"{', ' + latency if latency else ''}) · "
         f"severity *{view.severity.upper()}* · peak {view.peak_mean_drift:.3f}"
     )
     blocks: list[Block] = [_section(line)]

@@ -16,6 +16,7 @@ from anchorwatch.alerting.notify import ManualClock
 from anchorwatch.alerting.silence_book import SilenceBook
 from anchorwatch.alerting.silences import Silence, new_silence
 from anchorwatch.cli.alerting import alerting
+from anchorwatch.contracts.models import ModelFigures
 from tests.support.alerting import LocalSlackWithHistory, lifecycle, parents_by_label
 from tests.support.alerting_harness import (
     Crash,
@@ -212,3 +213,30 @@ def test_the_incidents_command_says_what_is_silenced(
     h.engine.release_held(h.clock.ms())
     table = CliRunner().invoke(alerting, ["incidents", "--state-dir", state])
     assert table.output.splitlines()[1].startswith("open     critical")
+
+
+def test_a_post_released_by_a_silences_end_still_says_which_model(
+    tmp_path: Path, slack: LocalSlackWithHistory, jira: LocalJira, clock: ManualClock
+) -> None:
+    """The window history keeps drift and latency only: the held row keeps the breakdown of
+    the last window it was held with, so the released post names the model."""
+    h = Harness(settings_for(tmp_path, slack, jira), clock)
+    silence = _silence(h)
+    models = [
+        ModelFigures(model="summarizer-2.1", request_count=40, mean_drift=0.97),
+        ModelFigures(model="summarizer-2.0", request_count=60, mean_drift=0.31),
+    ]
+    held = [
+        v.model_copy(update={"window": v.window.model_copy(update={"models": models})})
+        for v in lifecycle("invoice")[:5]
+    ]
+    h.publish(held)
+    h.run()
+    assert not parents_by_label(posted(slack))
+    _expire(h, silence)
+    assert h.engine.release_held(h.clock.ms()) == 1
+    h.run()
+    (parent,) = [m for m in posted(slack) if not m.get("thread_ts")]
+    text = orjson.dumps(parent).decode()
+    assert "summarizer-2.1" in text
+    assert "summarizer-2.0" in text
