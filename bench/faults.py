@@ -317,7 +317,10 @@ def reconcile(j: FaultJourney, report: JourneyReport) -> TrialResult:
     window_ms = s.job.window_size_s * 1000
     closed_by = plan.end_ms - s.job.watermark_delay_ms - window_ms
     windows = count_windows(
-        flow.reference_windows(acked, window_ms), flow.read_verdicts(s), closed_by_ms=closed_by
+        flow.reference_windows(acked, window_ms),
+        flow.read_verdicts(s),
+        closed_by_ms=closed_by,
+        holders=flow.anchor_holders(acked, window_ms),
     )
     in_kafka = Counter(
         str(orjson.loads(m.value)["event_id"])

@@ -16,10 +16,10 @@ from anchorwatch.cli.common import load_settings
 @click.option("--seed", type=int, default=7, show_default=True, help="Same seed, same traffic.")
 @click.option(
     "--doc-types",
-    type=click.IntRange(4, 18),
+    type=click.IntRange(6, 18),
     default=6,
     show_default=True,
-    help="Document types in the traffic (labelled incidents go to the 4 busiest).",
+    help="Document types in the traffic (labelled incidents go to the 5 busiest, one each).",
 )
 @click.option(
     "--history-minutes",

@@ -13,6 +13,12 @@ Each (purpose, minute, doc type) has its own stream: a minute is generated witho
 the ones before it, and changing e.g. ``malformed_rate`` or ``late_rate`` corrupts or delays
 the same underlying events instead of producing different traffic.
 
+Each type's requests are answered by its model versions (``routing.routes``: one, or two
+during a rollout), its documents hold the anchor kinds of their sort (``routing.anchor_mix``)
+and every request carries the latency Kong would have measured (``routing.latency_ms``,
+higher for every anchor re-sampled). Models and latencies are drawn from streams of their
+own, so the drift of every request is what it was before they existed.
+
 Incidents are minute aligned, start no earlier than ``WARMUP_MINUTES`` into the run (a
 baseline must exist before anything goes wrong) and end inside it. When the run is too short
 or a type has no free span left, fewer incidents than asked for are placed: the labels in
@@ -29,16 +35,17 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import orjson
-from pydantic import TypeAdapter, ValidationError
 
+from anchorwatch.contracts import breakdown
 from anchorwatch.contracts.codec import encode
 from anchorwatch.contracts.models import (
     RESAMPLE,
     AnchorSnapshot,
-    ModelVersion,
     SnapshotEvent,
 )
+from anchorwatch.demo import routing
 from anchorwatch.demo.malformed import malformed_line
+from anchorwatch.demo.routing import DEFAULT_MIX, Routes, check_model
 
 MINUTE_MS: Final = 60_000
 #: Incidents start at least this many minutes into the run, after a clean warm-up.
@@ -52,7 +59,10 @@ _PLACEMENT_ATTEMPTS: Final = 100
 
 DRIFT_KINDS: Final = ("jump", "ramp")
 FAULT_KINDS: Final = ("zero_anchors", "disabled", "kl_spike", "resample_burst")
-INCIDENT_KINDS: Final = DRIFT_KINDS + FAULT_KINDS
+#: Drift in part of a type's traffic: the requests one model version answered
+#: (``IncidentLabel.model``), or the anchors of one kind (``IncidentLabel.anchor_kind``).
+SCOPED_KINDS: Final = ("model_jump", "kind_jump")
+INCIDENT_KINDS: Final = DRIFT_KINDS + FAULT_KINDS + SCOPED_KINDS
 DOC_TYPE_NAMES: Final = (
     "purchase_contract",
     "medical_report",
@@ -88,8 +98,8 @@ _RATE_RANGES: Final[dict[RateTier, tuple[float, float]]] = {
 # is still N(base, spread) around the type's level.
 _REQUEST_SHARE: Final = math.sqrt(0.36)
 _ANCHOR_SHARE: Final = math.sqrt(0.64)
-_RESAMPLE_ABOVE: Final = 0.8
-_ANCHOR_KINDS: Final = ("SECTION", "SECTION", "SECTION", "TABLE", "ENTITY", "ENTITY", "CLAUSE")
+#: Drift above which the gateway re-samples an anchor (recommendation "re-sample").
+RESAMPLE_ABOVE: Final = 0.8
 
 
 # --------------------------------------------------------------------------------------------
@@ -105,6 +115,8 @@ class DocTypeProfile:
     spread: float  # std of per-anchor drift around base_drift
     rate_per_minute: float  # Poisson mean, rate_scale already applied
     anchors_mean: float  # mean anchors per request
+    models: Routes = ()  # (model version, share of requests); none: no model on them
+    anchor_kinds: tuple[str, ...] = DEFAULT_MIX  # anchor-id prefixes, drawn uniformly
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +126,9 @@ class IncidentLabel:
     ``magnitude`` by kind: jump, the drift added over the whole span; ramp, the drift added
     at the end (growing linearly from 0 at the start); zero_anchors and disabled, the share
     of the type's requests hit; kl_spike, the KL divergence level of every anchor;
-    resample_burst, the share of anchors recommended for re-sampling whatever their drift.
+    resample_burst, the share of anchors recommended for re-sampling whatever their drift;
+    model_jump, the drift added to the requests ``model`` answered; kind_jump, the drift
+    added to the anchors of ``anchor_kind`` (a ``breakdown.KINDS`` kind).
     """
 
     doc_type: str
@@ -122,10 +136,30 @@ class IncidentLabel:
     end_ms: int  # event time, exclusive
     kind: str  # one of INCIDENT_KINDS
     magnitude: float
+    model: str | None = None  # model_jump: the version whose requests drift
+    anchor_kind: str | None = None  # kind_jump: the kind whose anchors drift
+
+    def __post_init__(self) -> None:
+        if (self.kind == "model_jump") != (self.model is not None):
+            raise ValueError("model: a model_jump's, and only its")
+        if (self.kind == "kind_jump") != (self.anchor_kind in breakdown.KINDS):
+            raise ValueError(f"anchor_kind: a kind_jump's, one of {breakdown.KINDS}")
 
     def to_json(self) -> bytes:
-        """One NDJSON line body (no newline)."""
-        return orjson.dumps(self)
+        """One NDJSON line body (no newline); ``model`` and ``anchor_kind`` only when set,
+        so the labels of other kinds read as they always did."""
+        data = {
+            "doc_type": self.doc_type,
+            "start_ms": self.start_ms,
+            "end_ms": self.end_ms,
+            "kind": self.kind,
+            "magnitude": self.magnitude,
+        }
+        if self.model is not None:
+            data["model"] = self.model
+        if self.anchor_kind is not None:
+            data["anchor_kind"] = self.anchor_kind
+        return orjson.dumps(data)
 
     def covers(self, event_time_ms: int) -> bool:
         return self.start_ms <= event_time_ms < self.end_ms
@@ -145,7 +179,10 @@ class TrafficConfig:
     incidents: int = 0  # drift incidents (jump / ramp) to inject
     fault_incidents: int = 0  # data-quality incidents (zero_anchors .. resample_burst)
     background_fault_rate: float = 0.0  # unlabelled per-request faults
-    model: str | None = None  # the model version stamped on every event; None: none
+    # Drift incidents in one model version or one anchor kind only (SCOPED_KINDS).
+    scoped_incidents: int = 0
+    model: str | None = None  # the model version on every event; None: each type's routes
+    models: bool = True  # False (and no model): no event names a model
 
     def __post_init__(self) -> None:
         _check_int("seed", self.seed)
@@ -175,6 +212,9 @@ class TrafficConfig:
             )
         _check_int("incidents", self.incidents, low=0)
         _check_int("fault_incidents", self.fault_incidents, low=0)
+        _check_int("scoped_incidents", self.scoped_incidents, low=0)
+        if not isinstance(self.models, bool):
+            raise ValueError(f"models: must be true or false, got {self.models!r}")
         if self.model is not None:
             check_model("model", self.model)
         # The contract rejects times from 2100 on; keep every arrival a valid event time too.
@@ -231,13 +271,16 @@ class Traffic:
         content = _rng(cfg.seed, "traffic", minute, index)
         delivery = _rng(cfg.seed, "delivery", minute, index)
         corrupt = _rng(cfg.seed, "malformed", minute, index)
+        router = _rng(cfg.seed, "model", minute, index)
+        timing = _rng(cfg.seed, "latency", minute, index)
         minute_start = cfg.start_ms + minute * MINUTE_MS
         for k, offset in enumerate(_arrival_offsets(content, profile.rate_per_minute)):
             event_time = minute_start + offset
             active = [i for i in incidents if i.covers(event_time)]
             # The seed and the start's epoch minute make ids unique across streams too.
             event_id = f"{cfg.seed}-{cfg.start_ms // MINUTE_MS}-{index}-{minute}-{k}"
-            event = _event(content, profile, event_id, event_time, active, cfg)
+            model = _model(router.random(), profile, cfg)
+            event = _event(content, profile, event_id, event_time, active, cfg, model, timing)
             # Always draw all delivery decisions so that changing one rate leaves the others'
             # outcomes for each event unchanged.
             malformed = delivery.random() < cfg.malformed_rate
@@ -279,18 +322,6 @@ def _check_int(name: str, value: object, *, low: int | None = None) -> None:
         raise ValueError(f"{name}: must be >= {low}, got {value}")
 
 
-_MODEL_VERSION: Final = TypeAdapter(ModelVersion)
-
-
-def check_model(name: str, value: object) -> None:
-    """Raise ValueError unless ``value`` is a model version the contract accepts."""
-    try:
-        _MODEL_VERSION.validate_python(value, strict=True)
-    except ValidationError as exc:
-        reason = exc.errors(include_url=False, include_input=False)[0]["msg"]
-        raise ValueError(f"{name}: {reason}") from None
-
-
 def _doc_type_name(index: int) -> str:
     base = DOC_TYPE_NAMES[index % len(DOC_TYPE_NAMES)]
     round_ = index // len(DOC_TYPE_NAMES)
@@ -330,6 +361,9 @@ def _profiles(config: TrafficConfig) -> tuple[DocTypeProfile, ...]:
                 spread=round(rng.uniform(0.03, 0.12), 3),
                 rate_per_minute=rate * config.rate_scale,
                 anchors_mean=round(rng.uniform(3.0, 20.0), 1),
+                # Streams of their own: the draws above stay what they were.
+                models=routing.routes(_rng(config.seed, "routes", index)),
+                anchor_kinds=routing.anchor_mix(DOC_TYPE_NAMES[index % len(DOC_TYPE_NAMES)]),
             )
         )
     return tuple(profiles)
@@ -342,6 +376,8 @@ def _incident_magnitude(rng: random.Random, kind: str) -> float:
         return round(rng.uniform(1.5, 4.0), 3)
     if kind == "resample_burst":
         return round(rng.uniform(0.3, 0.8), 3)
+    if kind in SCOPED_KINDS:  # on part of the traffic: more than a whole type's jump
+        return round(rng.uniform(0.4, 0.6), 3)
     return round(rng.uniform(0.3, 0.9), 3)  # zero_anchors / disabled: share of requests
 
 
@@ -354,7 +390,9 @@ def _place_incidents(
     max_len = min(INCIDENT_MINUTES[1], config.minutes - WARMUP_MINUTES)
     if max_len < INCIDENT_MINUTES[0]:
         return ()  # too short for a warm-up plus the shortest incident
+    # Scoped incidents come last: configs without them place what they always did.
     families = [DRIFT_KINDS] * config.incidents + [FAULT_KINDS] * config.fault_incidents
+    families += [SCOPED_KINDS] * config.scoped_incidents
     for kinds in families:
         kind = rng.choice(kinds)
         for _ in range(_PLACEMENT_ATTEMPTS):
@@ -365,6 +403,9 @@ def _place_incidents(
             gap = _RECOVERY_GAP_MINUTES
             if any(start < e + gap and s < start + length + gap for s, e in spans):
                 continue
+            scope = _scope(kind, profiles[index], config)
+            if scope is None:
+                continue
             spans.append((start, start + length))
             labels.append(
                 IncidentLabel(
@@ -373,10 +414,32 @@ def _place_incidents(
                     end_ms=config.start_ms + (start + length) * MINUTE_MS,
                     kind=kind,
                     magnitude=_incident_magnitude(rng, kind),
+                    **scope,
                 )
             )
             break
     return tuple(sorted(labels, key=lambda i: (i.start_ms, i.doc_type, i.kind)))
+
+
+def _scope(kind: str, profile: DocTypeProfile, config: TrafficConfig) -> dict[str, str] | None:
+    """The part of ``profile``'s traffic a ``kind`` incident lives in ({} for all of it);
+    None when the type has no such part: a model incident needs a type in a rollout (in
+    one model only it is a jump), in the candidate."""
+    if kind == "model_jump":
+        routed = config.models and config.model is None
+        return {"model": profile.models[-1][0]} if routed and len(profile.models) > 1 else None
+    if kind == "kind_jump":
+        return {"anchor_kind": routing.main_kind(profile.anchor_kinds)}
+    return {}
+
+
+def _model(u: float, profile: DocTypeProfile, config: TrafficConfig) -> str | None:
+    """The model version answering a request whose routing draw is ``u``."""
+    if config.model is not None:
+        return config.model
+    if not (config.models and profile.models):
+        return None
+    return routing.pick_model(profile.models, u)
 
 
 # --------------------------------------------------------------------------------------------
@@ -407,8 +470,11 @@ def _event(
     event_time: int,
     active: list[IncidentLabel],
     config: TrafficConfig,
+    model: str | None,
+    timing: random.Random,
 ) -> SnapshotEvent:
     offset = 0.0
+    kind_offsets: dict[str, float] = {}
     zero = disabled = False
     kl_level: float | None = None
     resample_share = 0.0
@@ -424,6 +490,11 @@ def _event(
             disabled = disabled or rng.random() < incident.magnitude
         elif incident.kind == "kl_spike":
             kl_level = incident.magnitude
+        elif incident.kind == "model_jump":
+            offset += incident.magnitude if incident.model == model else 0.0
+        elif incident.kind == "kind_jump":
+            kind = str(incident.anchor_kind)
+            kind_offsets[kind] = kind_offsets.get(kind, 0.0) + incident.magnitude
         else:
             resample_share = incident.magnitude
     # Drawn for every request so that background_fault_rate does not shift other draws.
@@ -443,22 +514,25 @@ def _event(
         "doc_type": profile.name,
         "source": "generator",
     }
-    # Only a test run of a model asks for the version; other traffic stays as it was.
-
-    if config.model is not None:
-        common["model"] = config.model
+    if model is not None:
+        common["model"] = model
+    status: Literal["active", "disabled"] = "disabled" if disabled and not zero else "active"
+    anchors: list[AnchorSnapshot] = []
     if zero:  # the "stuck at zero" signature: nothing counted, nothing logged
-        return SnapshotEvent(**common, snapshot_status="active", anchor_count=0, anchors=[])
-    if disabled:  # the gateway counted anchors but did not snapshot them
-        return SnapshotEvent(**common, snapshot_status="disabled", anchor_count=count, anchors=[])
-    level = profile.base_drift + offset + rng.gauss(0.0, profile.spread * _REQUEST_SHARE)
+        count = 0
+    elif not disabled:  # disabled: the gateway counted anchors but did not snapshot them
+        level = profile.base_drift + offset + rng.gauss(0.0, profile.spread * _REQUEST_SHARE)
+        noise = profile.spread * _ANCHOR_SHARE
+        anchors = _anchors(
+            rng, count, level, noise, kl_level, resample_share, profile.anchor_kinds, kind_offsets
+        )
+    resampled = sum(a.recommendation == RESAMPLE for a in anchors)
     return SnapshotEvent(
         **common,
-        snapshot_status="active",
+        snapshot_status=status,
         anchor_count=count,
-        anchors=_anchors(
-            rng, count, level, profile.spread * _ANCHOR_SHARE, kl_level, resample_share
-        ),
+        anchors=anchors,
+        latency_ms=routing.latency_ms(timing, len(anchors), resampled),
     )
 
 
@@ -495,14 +569,17 @@ def _anchors(
     noise: float,
     kl_level: float | None,
     resample_share: float,
+    mix: tuple[str, ...] = DEFAULT_MIX,
+    kind_offsets: dict[str, float] | None = None,
 ) -> list[AnchorSnapshot]:
     anchors: list[AnchorSnapshot] = []
     numbers: dict[str, int] = {}
     position = rng.randint(0, 200)
     for _ in range(count):
-        kind = rng.choice(_ANCHOR_KINDS)
+        kind = rng.choice(mix)
         numbers[kind] = numbers.get(kind, 0) + 1
-        drift = round(_clip(rng.gauss(level, noise), 0.0, 1.0), 4)
+        lift = kind_offsets.get(breakdown.anchor_kind(f"{kind}_"), 0.0) if kind_offsets else 0.0
+        drift = round(_clip(rng.gauss(level + lift, noise), 0.0, 1.0), 4)
         kl = rng.uniform(0.01, 0.08) if kl_level is None else kl_level * rng.uniform(0.85, 1.15)
         burst = rng.random() < resample_share
         anchors.append(
@@ -513,7 +590,7 @@ def _anchors(
                 cosine_angle=round(_clip(1.0 - drift * rng.uniform(0.2, 0.5), -1.0, 1.0), 4),
                 kl_divergence=round(kl, 4),
                 drift_score=drift,
-                recommendation=RESAMPLE if burst or drift > _RESAMPLE_ABOVE else "none",
+                recommendation=RESAMPLE if burst or drift > RESAMPLE_ABOVE else "none",
             )
         )
         position += rng.randint(40, 1500)

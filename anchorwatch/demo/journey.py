@@ -7,8 +7,10 @@ history go in first and baselines are fitted from the windows the job made of th
 live traffic with labelled incidents is sent on a compressed replay clock (the job works in
 event time, and the ingest service keeps each entry's own `started_at`), and every incident
 is printed as Slack and Jira get it. The run ends with its figures and a verdict: every
-labelled incident alerted exactly once, nothing else alerted, every window figure equal to
-an independent computation, every broken entry dead-lettered naming its field.
+labelled incident alerted exactly once, nothing else alerted, every window figure (its
+breakdown too) equal to an independent computation, every broken entry dead-lettered naming
+its field, and the alerts of the incidents that lived in one model version or one anchor
+kind naming it (with the local Slack and Jira).
 
 The services run as their own processes (`anchorwatch ingest serve`, `alerting serve`,
 `alerting local-slack`/`local-jira`), so `--keep` can leave them running.
@@ -31,7 +33,7 @@ from typing import Any
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.demo import journey_plan as jp
 from anchorwatch.demo import slice as flow
-from anchorwatch.demo.journey_checks import operator_checks
+from anchorwatch.demo.journey_checks import breakdown_checks, operator_checks
 from anchorwatch.demo.journey_feed import KongTraffic, ReplayClock, send_batches
 from anchorwatch.demo.journey_job import (
     Submission,
@@ -159,6 +161,9 @@ class Journey:
         self._start_alerting(report)
         self._send_live(report, f"{ingest_url}/v1/kong", traffic)
         check_results(report, self.job_settings, traffic.entries)
+        d = self.destinations
+        if d.local_slack and d.local_jira:  # what the local ones received can be read
+            report.checks += breakdown_checks(report, slack_url=d.slack_url, jira_url=d.jira_url)
         if self.operator is not None:
             self._go_blind(report, f"{ingest_url}/v1/kong")
         report.timings["total_s"] = time.monotonic() - t0
@@ -309,7 +314,7 @@ class Journey:
             batch_size=self.options.batch_size,
         )
         watcher.look(report)
-        report.checks = operator_checks(
+        report.checks += operator_checks(
             report,
             self.operator,
             slack_url=d.slack_url,

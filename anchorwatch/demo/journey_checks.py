@@ -1,6 +1,20 @@
-"""The end checks of the operator features (``journey_operator``), each a ``Check`` with
-what was counted: against the plan's labels, the alerting service's state file and what
-the local Slack, Jira and PagerDuty received.
+"""The end checks of what people saw, each a ``Check`` with what was counted: against the
+plan's labels, the alerting service's state file and what the local Slack, Jira and
+PagerDuty received.
+
+The breakdown (``breakdown_checks``):
+
+- **model**: the alert of the incident that lived in one model version names that version
+  (in its Slack parent as first posted, and its Jira description) before any other version
+  of its type: the drifting one leads;
+- **anchor kind**: the alert of the incident that lived in one anchor kind names that kind
+  before any other kind.
+
+The names are matched, not the sentences around them (``alerting.breakdown_text`` words
+them). Until the drift job writes a window's breakdown the alerts cannot name either: each
+check then says so and does not count.
+
+The operator features (``journey_operator``, ``operator_checks``):
 
 - **silence**: the silenced label's incident is in the state file, judged, held by the
   silence, resolved while muted, and neither Slack nor Jira heard of it;
@@ -16,12 +30,14 @@ the local Slack, Jira and PagerDuty received.
 
 from __future__ import annotations
 
+import html
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import requests
 
+from anchorwatch.contracts.breakdown import KINDS
 from anchorwatch.demo import journey_plan as jp
 from anchorwatch.demo.journey_operator import NOTICE_WITHIN_S, Operator
 from anchorwatch.demo.journey_results import Check, JourneyReport, Seen
@@ -57,6 +73,91 @@ def operator_checks(
         _blindness(operator),
     ]
     return checks
+
+
+def breakdown_checks(
+    report: JourneyReport, *, slack_url: str, jira_url: str, get: Get = get_json
+) -> list[Check]:
+    """The model and anchor-kind checks, one per label that names one."""
+    scoped = [lab for lab in report.plan.labels if lab.model or lab.anchor_kind]
+    if not scoped:
+        return []
+    c = report.comparison
+    if c is not None and c.without_breakdown and not c.breakdown_partial:
+        why = "not checked: the drift job wrote no breakdown on its windows (it predates it)"
+        return [Check(_check_name(lab), True, f"{lab.doc_type}: {why}") for lab in scoped]
+    messages = get(f"{slack_url}/_local/messages")["messages"]
+    issues = {i["key"]: i for i in get(f"{jira_url}/_local/issues")["issues"]}
+    return [_names(report, lab, messages, issues) for lab in scoped]
+
+
+def _check_name(label: jp.Label) -> str:
+    return "model" if label.model else "anchor kind"
+
+
+def _names(
+    report: JourneyReport,
+    label: jp.Label,
+    messages: list[dict[str, Any]],
+    issues: dict[str, dict[str, Any]],
+) -> Check:
+    name = label.model or label.anchor_kind or ""
+    if label.model:
+        profile = next(p for p in report.plan.traffic.profiles if p.name == label.doc_type)
+        others = [m for m, _ in profile.models if m != name]
+    else:
+        others = [k for k in KINDS if k != name]
+    alerts = [a for a in _alerts_of(report, label) if a.slack_ts or a.jira_key]
+    doc, check = label.doc_type, _check_name(label)
+    if len(alerts) != 1:
+        return Check(check, False, f"{doc}: {len(alerts)} posted incidents for the label, not 1")
+    (seen,) = alerts
+    parent = next((m for m in _parents(messages) if m["ts"] == seen.slack_ts), None)
+    issue = issues.get(seen.jira_key or "")
+    places = {
+        "Slack parent": _as_first_posted(parent) if parent is not None else None,
+        "Jira description": _wiki_text((issue or {}).get("fields", {}).get("description")),
+    }
+    problems = []
+    for place, text in places.items():
+        if text is None:
+            problems.append(f"no {place}")
+        elif (problem := named_first(text, name, others)) is not None:
+            problems.append(f"its {place} {problem}")
+    detail = f"{doc}: the alert names {name} first in its Slack parent and Jira description"
+    if problems:
+        detail = f"{doc} ({name}): " + "; ".join(problems)
+    return Check(check, not problems, detail)
+
+
+def named_first(text: str, name: str, others: Iterable[str]) -> str | None:
+    """None when ``text`` names ``name`` (as a whole name: ``SECTION`` is not named by
+    ``SECTION_003``, nor ``m-2`` by ``m-2.1``) before any of ``others``; else what it does."""
+    found = _first(text, name)
+    if found is None:
+        return f"does not name {name}"
+    earlier = sorted((at, o) for o in others if (at := _first(text, o)) is not None and at < found)
+    if earlier:
+        return f"names {earlier[0][1]} before {name}"
+    return None
+
+
+def _first(text: str, name: str) -> int | None:
+    match = re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-]|\.\w)", text)
+    return match.start() if match else None
+
+
+def _as_first_posted(message: dict[str, Any]) -> str:
+    """A Slack message's text and blocks as first posted (its first edit holds them)."""
+    first = (message.get("edits") or [message])[0]
+    return f"{first.get('text') or ''} {first.get('blocks') or ''}"
+
+
+def _wiki_text(description: Any) -> str | None:
+    """A Jira description's text with wiki escapes undone (``extractor\\-1.5``)."""
+    if not isinstance(description, str):
+        return None
+    return html.unescape(re.sub(r"\\(.)", r"\1", description))
 
 
 def _alerts_of(report: JourneyReport, label: jp.Label) -> list[Seen]:

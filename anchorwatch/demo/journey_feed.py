@@ -30,7 +30,7 @@ class KongTraffic:
     def of(cls, plan: jp.Plan, *, broken_every: int, batch_size: int, workers: int) -> KongTraffic:
         history, live = plan.split()
         entries_h = jp.kong_entries(history, broken_every=broken_every)
-        entries_l = jp.kong_entries(live, broken_every=broken_every)
+        entries_l = jp.kong_entries(live, broken_every=broken_every, intact=plan.intact)
         # History is a backlog: full batches, one sender, in order. Live traffic: a Kong
         # node's worker queues, each flushed at 100 entries or after 1 s of replay time.
         batches_h = jp.kong_batches(entries_h, workers=1, batch_size=batch_size, coalesce_ms=10**12)

@@ -91,8 +91,13 @@ def label_lines(plan: jp.Plan, operator: Operator | None) -> list[str]:
             what = "  (silenced before it starts)"
         elif operator is not None and lab == operator.targets.acked:
             what = "  (acknowledged from Slack once posted)"
+        where = ""
+        if lab.model is not None:
+            where = f" in {lab.model} only (a rollout: {jp.MODEL_SHARE:.0%} of the requests)"
+        elif lab.anchor_kind is not None:
+            where = f" in its {lab.anchor_kind} anchors only"
         lines.append(
-            f"        {lab.kind:<9} {lab.doc_type:<20} +{lab.magnitude:.2f} from "
+            f"        {lab.kind:<10} {lab.doc_type:<20} +{lab.magnitude:.2f}{where} from "
             f"minute {minute} for {length} min{what}"
         )
     gateway = [lab for lab in plan.labels if lab.kind == "gateway"]
@@ -102,7 +107,7 @@ def label_lines(plan: jp.Plan, operator: Operator | None) -> list[str]:
         length = (lab.end_ms - lab.start_ms) // jp.MINUTE_MS
         _, _, share, _ = jp.GATEWAY_FAULT
         lines.append(
-            f"        gateway   {len(gateway)} doc types: {share:.0%} of snapshots 'disabled' "
+            f"        gateway    {len(gateway)} doc types: {share:.0%} of snapshots 'disabled' "
             f"(+{lab.magnitude:.2f} on the rest) from minute {minute} for {length} min: one "
             "group incident"
         )

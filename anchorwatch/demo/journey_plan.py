@@ -6,9 +6,9 @@ wall clock's minute when the plan is made) but compressed on the way out: the li
 sent ``speed`` times faster than it happened, on a *replay clock* that maps event time to
 wall time. Everything here is deterministic for a seed and a start time.
 
-- :func:`make_plan`: the traffic, its labelled incidents (jumps, a ramp, a data-quality
-  fault that also lifts drift) placed on the busiest types, where the default policy can
-  see them;
+- :func:`make_plan`: the traffic, its labelled incidents (a jump, a ramp, a data-quality
+  fault that also lifts drift, a drift in one model version of a rollout only, one in one
+  anchor kind only) placed on the busiest types, where the default policy can see them;
 - :func:`kong_entries`: one Kong http-log entry per generated event, one in
   ``broken_every`` of them broken the ways real entries break (each must reach the
   dead-letter topic naming its field);
@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import orjson
 
 from anchorwatch.contracts import SnapshotEvent
+from anchorwatch.demo import routing
 from anchorwatch.demo.generator import (
+    RESAMPLE_ABOVE,
     GeneratedRecord,
     IncidentLabel,
     Traffic,
@@ -42,15 +44,26 @@ MINUTE_MS: Final = 60_000
 #: Incidents of the live span: (rank of the type by request rate, kind, first minute, last
 #: minute + 1, drift added). ``kl_spike`` is a data-quality fault (invisible Unicode in the
 #: inputs: KL divergence spikes) that lifts drift too: the alert must carry the diagnosis.
-#: Magnitudes are several thresholds' margins above each type's normal, so the default
-#: policy opens each after two windows; the gaps let each resolve before the next begins.
+#: ``model_jump`` lives in the candidate of a rollout (``MODEL_SHARE`` of the type's
+#: requests) only, ``kind_jump`` in the anchors of the type's main kind only: the alert
+#: must name that model, that kind (their drift added is at most the figure here, see
+#: ``make_plan``). Magnitudes are several thresholds' margins above each type's normal,
+#: so the default policy opens each after two windows; the gaps let each resolve before
+#: the next begins. One type each: the default policy re-opens an incident of a type that
+#: breaches again within 30 windows.
 INCIDENTS: Final = (
-    (0, "jump", 3, 9, 0.30),
+    (3, "jump", 3, 9, 0.30),
     (1, "ramp", 5, 15, 0.45),
     (2, "kl_spike", 11, 17, 0.28),
-    (3, "jump", 16, 20, 0.35),
+    (0, "model_jump", 15, 20, 0.55),
+    (4, "kind_jump", 7, 13, 0.60),
 )
 KL_LEVEL: Final = 3.0
+#: The candidate's share of the requests of the type whose rollout drifts.
+MODEL_SHARE: Final = 0.6
+#: How far below the re-sample line a scoped incident lifts its part of the traffic at
+#: most, in spreads of its type (``make_plan``).
+SCOPED_BELOW: Final = 1.0
 #: The gateway-wide data-quality fault (``with_gateway_fault``): minutes before the live
 #: span's end it starts, its length, the share of every type's requests whose snapshots are
 #: ``disabled`` and the drift added to the rest. Late in the span, after every labelled
@@ -74,6 +87,8 @@ class Label:
     kind: str
     magnitude: float
     diagnosis: str | None = None  # a reason code the alert must carry
+    model: str | None = None  # model_jump: the model version the alert must name
+    anchor_kind: str | None = None  # kind_jump: the anchor kind the alert must name
 
     def to_json(self) -> bytes:
         return orjson.dumps(self)
@@ -91,6 +106,19 @@ class Plan:
     @property
     def doc_types(self) -> list[str]:
         return [p.name for p in self.traffic.profiles]
+
+    def intact(self, event: SnapshotEvent) -> bool:
+        """Whether ``event``'s entry must not be broken: one in the gateway-wide fault's
+        span. A sparse type's first window of it holds a handful of requests (its share of
+        disabled snapshots just above the data-quality limit); one disabled entry lost would
+        drop the share under it, and its incident would join no group, by chance of which
+        entries broke."""
+        return any(
+            lab.kind == "gateway"
+            and lab.doc_type == event.doc_type
+            and lab.start_ms <= event.event_time_ms < lab.end_ms
+            for lab in self.labels
+        )
 
     def split(self) -> tuple[list[GeneratedRecord], list[GeneratedRecord]]:
         """History (arrived before the live span) and live records, in arrival order."""
@@ -113,8 +141,12 @@ def make_plan(
 ) -> Plan:
     """The run's traffic: history then live, the live span ending at ``now_ms``'s minute
     (the ingest service refuses events from the future and older than the topic keeps)."""
-    if doc_types < len(INCIDENTS):
-        raise ValueError(f"doc_types: at least {len(INCIDENTS)} (one per labelled incident)")
+    # A quarter of the types (one at least) is sparse: too few requests a window to judge.
+    if doc_types < len(INCIDENTS) + 1:
+        raise ValueError(
+            f"doc_types: at least {len(INCIDENTS) + 1} (one per labelled incident, and a "
+            "sparse one)"
+        )
     last = max(end for _, _, _, end, _ in INCIDENTS)
     if live_minutes < last + 5:
         raise ValueError(f"live_minutes: at least {last + 5}, so every incident can resolve")
@@ -129,21 +161,35 @@ def make_plan(
         rate_scale=rate_scale,
         background_fault_rate=fault_rate,
     )
-    profiles = generate(config).profiles
+    profiles = list(generate(config).profiles)
     busiest = sorted(profiles, key=lambda p: (-p.rate_per_minute, p.name))
     injected: list[IncidentLabel] = []
     labels: list[Label] = []
     for rank, kind, first, stop, magnitude in INCIDENTS:
-        doc_type = busiest[rank].name
+        profile = busiest[rank]
+        doc_type = profile.name
         span = (live_start + first * MINUTE_MS, live_start + stop * MINUTE_MS)
-        drift_kind = "ramp" if kind == "ramp" else "jump"
-        injected.append(IncidentLabel(doc_type, *span, drift_kind, magnitude))
-        diagnosis = None
+        diagnosis = model = anchor_kind = None
+        if kind in ("model_jump", "kind_jump"):
+            # Lifted to one spread below the re-sample line at most: a window with over 30%
+            # of its anchors re-sampled reads as a data-quality fault (resample_burst), held
+            # back for its group, not as drift in one model or one kind.
+            level = RESAMPLE_ABOVE - SCOPED_BELOW * profile.spread
+            magnitude = round(min(magnitude, level - profile.base_drift), 3)
+        if kind == "model_jump":
+            # The type is in a rollout (history included), its candidate the one drifting.
+            models = routing.rollout(profile.models, MODEL_SHARE)
+            profiles[profiles.index(profile)] = replace(profile, models=models)
+            model = models[-1][0]
+        elif kind == "kind_jump":
+            anchor_kind = routing.main_kind(profile.anchor_kinds)
+        drift_kind = kind if kind in ("ramp", "model_jump", "kind_jump") else "jump"
+        injected.append(IncidentLabel(doc_type, *span, drift_kind, magnitude, model, anchor_kind))
         if kind == "kl_spike":
             injected.append(IncidentLabel(doc_type, *span, "kl_spike", KL_LEVEL))
             diagnosis = "kl_divergence_spike"
-        labels.append(Label(doc_type, *span, kind, magnitude, diagnosis))
-    traffic = Traffic(config, profiles, tuple(sorted(injected, key=lambda i: i.start_ms)))
+        labels.append(Label(doc_type, *span, kind, magnitude, diagnosis, model, anchor_kind))
+    traffic = Traffic(config, tuple(profiles), tuple(sorted(injected, key=lambda i: i.start_ms)))
     return Plan(traffic, tuple(labels), start, live_start, end)
 
 
@@ -207,16 +253,22 @@ def _broken(entry: dict[str, Any], which: int) -> tuple[dict[str, Any], str]:
     return entry, path
 
 
-def kong_entries(records: Iterable[GeneratedRecord], *, broken_every: int = 100) -> list[Entry]:
+def kong_entries(
+    records: Iterable[GeneratedRecord],
+    *,
+    broken_every: int = 100,
+    intact: Callable[[SnapshotEvent], bool] | None = None,
+) -> list[Entry]:
     """One Kong entry per generated event; one in ``broken_every`` (chosen by a hash of the
-    event id, so the same events break in every run) broken."""
+    event id, so the same events break in every run) broken, none that ``intact`` keeps."""
     out = []
     for r in records:
         if r.event is None:  # the plan generates no malformed NDJSON; entries break below
             continue
         digest = hashlib.sha256(r.event.event_id.encode()).digest()
         entry = to_kong_entry(r.event)
-        if broken_every and int.from_bytes(digest[:4], "big") % broken_every == 0:
+        hit = broken_every and int.from_bytes(digest[:4], "big") % broken_every == 0
+        if hit and not (intact is not None and intact(r.event)):
             entry, path = _broken(entry, digest[4] % len(BREAKAGES))
             out.append(Entry(r.arrival_ms, orjson.dumps(entry), None, path))
         else:

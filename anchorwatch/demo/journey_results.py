@@ -64,7 +64,9 @@ class Seen:
 
 @dataclass(frozen=True)
 class Check:
-    """One of the operator features' end checks."""
+    """One of the end checks of what people saw: the alerts naming the model and the anchor
+    kind their incidents lived in (``journey_checks.breakdown_checks``), the operator
+    features' (``journey_checks.operator_checks``)."""
 
     name: str
     ok: bool
@@ -87,7 +89,7 @@ class JourneyReport:
     seen: dict[str, Seen] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)
-    checks: list[Check] = field(default_factory=list)  # the operator features'
+    checks: list[Check] = field(default_factory=list)  # the end checks
 
     @property
     def ok(self) -> bool:
@@ -117,9 +119,8 @@ def check_results(report: JourneyReport, s: JobSettings, entries: list[jp.Entry]
     # Windows that must have closed: the watermark is watermark_delay behind the newest event,
     # and a window closes once it passes the end.
     closed_by = plan.end_ms - s.job.watermark_delay_ms - s.job.window_size_s * 1000
-    expected_all = flow.reference_windows(
-        [e.event for e in entries if e.event is not None], s.job.window_size_s * 1000
-    )
+    events = [e.event for e in entries if e.event is not None]
+    expected_all = flow.reference_windows(events, s.job.window_size_s * 1000)
     expected = {k: w for k, w in expected_all.items() if w.window_end_ms <= closed_by}
     verdicts: list[Verdict] = []
 
@@ -141,7 +142,8 @@ def check_results(report: JourneyReport, s: JobSettings, entries: list[jp.Entry]
         for k, w in expected_all.items()
         if k in expected or any((x.doc_type, x.window_start_ms) == k for x in shown)
     }
-    report.comparison = flow.compare(comparable, shown)
+    holders = flow.anchor_holders(events, s.job.window_size_s * 1000)
+    report.comparison = flow.compare(comparable, shown, holders)
     report.verdicts = len(verdicts)
     report.late_events = sum(v.window.late_count or 0 for v in verdicts)
 
@@ -190,6 +192,7 @@ def summary_lines(report: JourneyReport, window_ms: int = jp.MINUTE_MS) -> list[
         )
         for key, what in c.wrong[:5]:
             lines.append(f"  wrong {key}: {what}")
+        lines.append(breakdown_line(c))
     o = report.outcome
     if o is not None:
         lines.append(
@@ -207,7 +210,7 @@ def summary_lines(report: JourneyReport, window_ms: int = jp.MINUTE_MS) -> list[
             )
             delay = f.delay_windows(window_ms)
             lines.append(
-                f"  {f.label.kind:<9} {f.label.doc_type:<20} {state}"
+                f"  {f.label.kind:<10} {f.label.doc_type:<20} {state}"
                 + (f", after {delay} windows" if delay is not None else "")
             )
             if (
@@ -232,8 +235,24 @@ def summary_lines(report: JourneyReport, window_ms: int = jp.MINUTE_MS) -> list[
         )
     if report.checks:
         passed = sum(c.ok for c in report.checks)
-        lines.append(f"operator features: {passed} of {len(report.checks)} passed")
+        lines.append(f"end checks: {passed} of {len(report.checks)} passed")
         for check in report.checks:
             mark = "PASS" if check.ok else "FAIL"
-            lines.append(f"  {mark} {check.name:<10} {check.detail}")
+            lines.append(f"  {mark} {check.name:<11} {check.detail}")
     return lines
+
+
+def breakdown_line(c: flow.Comparison) -> str:
+    """Whether the windows' breakdown (per anchor kind, worst anchors, per model, latency)
+    was compared: a drift job from before it writes none, and that is said, not passed
+    over; one that writes it on some windows only is wrong."""
+    fields = "per-kind figures, worst anchors, per-model figures, latency p50/p95"
+    absent, compared = len(c.without_breakdown), c.matched + len(c.wrong)
+    if not absent:
+        return f"  breakdown compared on every window: {fields}"
+    if not c.breakdown_partial:
+        return (
+            f"  breakdown NOT compared: none of the {absent} windows carries one ({fields}); "
+            "the drift job predates it"
+        )
+    return f"  breakdown MISSING from {absent} of {compared} windows ({fields})"

@@ -40,33 +40,49 @@ def to_kong_entry(
     """The object Kong's http-log plugin would have posted for ``event``'s request.
 
     The caller declares the doc type on its request; the upstream's measurements (status,
-    anchor count, snapshot log) arrive on the response (string values, as Kong logs them); sizes,
-    latencies and the client address are drawn from a stream seeded by the event id, so the
-    same event always gives the same entry.
+    anchor count, snapshot log) arrive on the response (string values, as Kong logs them).
+    The event's model is in the request body, which Kong logs as ``request.body`` when
+    http-log's ``custom_fields_by_lua`` asks for it (text, shortened here to the fields
+    that matter; no model: no body, as Kong logs by default). Its latency is Kong's
+    ``latencies.request``, split into Kong's own time and the upstream's (no latency: no
+    ``request`` member). Sizes, the split and the client address are drawn from a stream
+    seeded by the event id, so the same event always gives the same entry.
     """
     rng = random.Random(f"kong:{event.event_id}")
     snapshot_log = orjson.dumps([a.model_dump(mode="json") for a in event.anchors]).decode()
     request_size = 1_200 + event.anchor_count * rng.randint(800, 4_000)
     response_size = rng.randint(600, 8_000)
-    proxy = int(rng.lognormvariate(math.log(2_500), 0.5)) + 15 * event.anchor_count
-    kong = rng.randint(1, 12)
-    return {
-        "request": {
-            "method": "POST",
-            "uri": "/v1/messages",
-            "url": "http://llm-gateway.internal:8000/v1/messages",
-            "size": request_size,
-            "querystring": {},
-            "headers": {
-                "host": "llm-gateway.internal:8000",
-                "content-type": "application/json",
-                "content-length": str(request_size - 400),
-                "anthropic-version": "2023-06-01",
-                "user-agent": "anchorwatch-generator/1",
-                headers.request_id: event.event_id,
-                headers.doc_type: event.doc_type,
-            },
+    kong, queued = rng.randint(1, 12), rng.randint(0, 5)
+    latencies: dict[str, int]
+    if event.latency_ms is None:
+        proxy = int(rng.lognormvariate(math.log(2_500), 0.5)) + 15 * event.anchor_count
+        latencies = {"kong": kong, "proxy": proxy}
+    else:
+        total = event.latency_ms
+        kong = min(kong, total)
+        proxy = max(0, total - kong - queued)
+        latencies = {"request": total, "kong": kong, "proxy": proxy}
+    request: dict[str, Any] = {
+        "method": "POST",
+        "uri": "/v1/messages",
+        "url": "http://llm-gateway.internal:8000/v1/messages",
+        "size": request_size,
+        "querystring": {},
+        "headers": {
+            "host": "llm-gateway.internal:8000",
+            "content-type": "application/json",
+            "content-length": str(request_size - 400),
+            "anthropic-version": "2023-06-01",
+            "user-agent": "anchorwatch-generator/1",
+            headers.request_id: event.event_id,
+            headers.doc_type: event.doc_type,
         },
+    }
+    if event.model is not None:
+        body = {"model": event.model, "max_tokens": 4096}
+        request["body"] = orjson.dumps(body).decode()
+    return {
+        "request": request,
         "upstream_uri": "/v1/messages",
         "response": {
             "status": 200,
@@ -84,7 +100,7 @@ def to_kong_entry(
             },
         },
         "started_at": event.event_time_ms,
-        "latencies": {"request": proxy + kong + rng.randint(0, 5), "kong": kong, "proxy": proxy},
+        "latencies": latencies,
         "tries": [
             {
                 "ip": "160.79.104.10",

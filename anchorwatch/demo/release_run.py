@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from anchorwatch.contracts import encode
-from anchorwatch.demo.generator import answered_event, check_model
+from anchorwatch.demo.generator import answered_event
+from anchorwatch.demo.routing import check_model
 
 #: 2025-11-29T08:00Z, as the generator's runs start.
 START_MS: Final = 1_764_403_200_000

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from anchorwatch.demo.journey_plan import INCIDENTS
 from bench.fault_plan import plan_trials
 from bench.faults import campaign, campaign_stack, final_line
 
@@ -37,7 +38,7 @@ def test_a_fault_trial_loses_doubles_and_repeats_nothing(tmp_path: Path) -> None
     for r in results:
         assert r.problems == [], log
         assert r.acked > 10_000, log
-        assert r.figures["incidents"] == r.figures["labels"] == 4, log
+        assert r.figures["incidents"] == r.figures["labels"] == len(INCIDENTS), log
         assert not r.figures["injected"].startswith(("injection failed", "not injected")), log
 
 

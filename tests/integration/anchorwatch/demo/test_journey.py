@@ -1,6 +1,7 @@
 """The demo's flow as a test: Kong batches over HTTP through the ingest service, Kafka, the
 drift job submitted to the session cluster and the alerting service, then exactly what the
-local Slack, Jira and PagerDuty received for each labelled incident, and the operator
+local Slack, Jira and PagerDuty received for each labelled incident (the alerts of the
+incidents living in one model version and one anchor kind naming them), and the operator
 features the demo exercises: a silence, an acknowledgement clicked in Slack, a gateway-wide
 data-quality fault grouped into one incident, paging, and the watchdog's notice once the
 drift job is killed."""
@@ -51,6 +52,7 @@ def test_each_labelled_incident_reaches_slack_and_jira_exactly_once(
     assert all((f.delay_windows() or 99) <= 3 for f in report.outcome.found), log
     assert report.comparison.ok, log
     assert report.comparison.matched == report.verdicts
+    assert report.comparison.without_breakdown == [], log  # compared with its breakdown
     assert report.late_events == 0
     # Every broken Kong entry is a dead letter naming its field; every other one an event.
     assert report.dead_letter_problems == []
@@ -59,9 +61,12 @@ def test_each_labelled_incident_reaches_slack_and_jira_exactly_once(
     assert report.events_accepted + report.entries_rejected == report.events_sent
 
     plan = report.plan
-    # The operator features, each counted by the run's own end check.
+    # The end checks: the alerts of the incidents living in one model version and one
+    # anchor kind name them; the operator features.
     checks = {c.name: c for c in report.checks}
-    assert sorted(checks) == ["ack", "blindness", "group", "pagerduty", "silence"], log
+    assert sorted(checks) == [
+        "ack", "anchor kind", "blindness", "group", "model", "pagerduty", "silence"
+    ], log  # fmt: skip
     assert all(c.ok for c in checks.values()), log
     assert report.ok, log
 

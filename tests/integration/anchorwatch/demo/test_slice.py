@@ -99,8 +99,10 @@ def test_windows_match_an_independent_computation_exactly(
     flow.run_drift_job(job_settings, flow.fetch_artifacts(job_settings).flink_jobs_jar(), accepted)
     windows = [v.window for v in flow.read_verdicts(job_settings)]
     expected = flow.reference_windows(accepted, 60_000)
-    result = flow.compare(expected, windows)
+    result = flow.compare(expected, windows, flow.anchor_holders(accepted, 60_000))
     assert result.ok, result
+    # The breakdown too: per kind, the worst anchors, per model, latency.
+    assert result.without_breakdown == []
     assert result.matched == len(expected) == len(windows)
     assert sum(w.request_count for w in windows) == len(accepted)
     # Exact figures for one known window, recomputed by hand from the accepted events.

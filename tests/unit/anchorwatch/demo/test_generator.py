@@ -252,7 +252,9 @@ def test_observed_traffic_matches_the_profiles() -> None:
 
 
 def test_normal_requests_are_well_formed_snapshots() -> None:
-    events = _events(TrafficConfig(seed=5, minutes=10, doc_types=6))
+    config = TrafficConfig(seed=5, minutes=10, doc_types=6)
+    by_name = {p.name: p for p in _run(config)[0].profiles}
+    events = _events(config)
     assert events
     for event in events:
         assert event.snapshot_status == "active"
@@ -262,7 +264,9 @@ def test_normal_requests_are_well_formed_snapshots() -> None:
         assert positions == sorted(set(positions))
         assert len({a.anchor_id for a in event.anchors}) == len(event.anchors)
         for anchor in event.anchors:
-            assert re.fullmatch(r"(SECTION|TABLE|ENTITY|CLAUSE)_\d{3}", anchor.anchor_id)
+            prefix = anchor.anchor_id.split("_")[0]
+            assert re.fullmatch(r"[A-Z]+_\d{3}", anchor.anchor_id)
+            assert prefix in by_name[event.doc_type].anchor_kinds
             assert 3.0 <= anchor.l2_norm <= 6.0
             assert 0.01 <= anchor.kl_divergence <= 0.08
             assert anchor.cosine_angle <= 1.0 - 0.2 * anchor.drift_score + 1e-4

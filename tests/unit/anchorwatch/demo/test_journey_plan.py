@@ -1,19 +1,29 @@
-"""The demo's plan: its labelled incidents are alertable under the default policy, its Kong
+"""The demo's plan: its labelled incidents are alertable under the default policy (and the
+alerts of those living in one model version or one anchor kind would name it), its Kong
 entries and batches are what Kong sends, and its outcome is judged against the labels."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
+from statistics import fmean
 
 import orjson
 import pytest
 
+from anchorwatch.alerting.breakdown_text import model_phrase, where_phrase, with_history
+from anchorwatch.alerting.render import IncidentView, WindowPoint, pack_kind_means
 from anchorwatch.backtest import backtest
 from anchorwatch.connectors.kong import kong_record
-from anchorwatch.contracts import ContractError, encode
+from anchorwatch.contracts import Baseline, ContractError, WindowAggregate, encode
+from anchorwatch.contracts.breakdown import KINDS
 from anchorwatch.demo import journey_plan as jp
+from anchorwatch.demo import routing
+from anchorwatch.demo.journey_checks import named_first
+from anchorwatch.demo.journey_operator import label_lines
 from anchorwatch.demo.slice import reference_windows
 from anchorwatch.policy.config import PolicyConfig
+from anchorwatch.policy.window import QualityLimits
 
 NOW = 1_767_600_000_000 + 12_345
 
@@ -42,17 +52,94 @@ def test_each_labelled_incident_is_alerted_once_by_the_default_policy(seed: int)
     assert outcome.unlabelled == []
     assert outcome.repeated == []
     # A jump's first window lies beyond anything its type's history showed, which opens an
-    # incident on its own; a ramp needs a few more windows to climb.
-    assert [f.delay_windows() for f in outcome.found if f.label.kind != "ramp"] == [1, 1, 1]
+    # incident on its own; a ramp needs a few more windows to climb, a drift in part of a
+    # type's traffic at most one more.
+    delays = {f.label.kind: f.delay_windows() for f in outcome.found}
+    assert [delays[k] for k in ("jump", "kl_spike")] == [1, 1]
+    assert 1 <= (delays["model_jump"] or 9) <= 2
+    assert 1 <= (delays["kind_jump"] or 9) <= 2
     assert all(i.resolved_at_ms is not None for i in result.incidents)
-    # The labels sit on four different types, inside the live span, which ends at now.
-    assert len({lab.doc_type for lab in plan.labels}) == len(plan.labels) == 4
+    # The labels sit on five different types, inside the live span, which ends at now.
+    assert len({lab.doc_type for lab in plan.labels}) == len(plan.labels) == 5
     assert all(plan.live_start_ms <= lab.start_ms < lab.end_ms < plan.end_ms for lab in plan.labels)
     assert plan.end_ms <= NOW
+    # What the alerts of the scoped incidents would say names their model, their kind first;
+    # they are drift, not a burst of re-sampling (a data-quality fault, held for its group).
+    limit = QualityLimits().resample_share
+    for found in outcome.found:
+        if found.label.model or found.label.anchor_kind:
+            lab = found.label
+            spanned = [w for (doc, start), w in windows.items()
+                       if doc == lab.doc_type and lab.start_ms <= start < lab.end_ms]  # fmt: skip
+            assert max(w.resample_share or 0.0 for w in spanned) <= limit, lab
+            (alert,) = found.alerts
+            said = _breakdown_said(plan, windows, found.label, alert, result.baselines)
+            name = found.label.model or found.label.anchor_kind or ""
+            others = _others(plan, found.label)
+            assert named_first(said, name, others) is None, (found.label, said)
+
+
+def _others(plan: jp.Plan, label: jp.Label) -> list[str]:
+    if label.model:
+        profile = next(p for p in plan.traffic.profiles if p.name == label.doc_type)
+        return [m for m, _ in profile.models if m != label.model]
+    return [k for k in KINDS if k != label.anchor_kind]
+
+
+def _breakdown_said(
+    plan: jp.Plan,
+    windows: dict[tuple[str, int], WindowAggregate],
+    label: jp.Label,
+    alert: jp.Raised,
+    baselines: Mapping[str, Baseline],
+) -> str:
+    """The alerting service's breakdown text for the window that opened ``alert``, its
+    threshold the type's baseline's, its history the type's windows before it."""
+    threshold = baselines[label.doc_type].threshold
+    window = windows[(label.doc_type, alert.opened_at_ms - jp.MINUTE_MS)]
+    history = [
+        WindowPoint(w.window_start_ms, w.window_end_ms, w.mean_drift, threshold,
+                    w.request_count, kind_drift=pack_kind_means(
+                        {k: f.mean_drift for k, f in (w.kinds or {}).items()}))
+        for (doc, start), w in sorted(windows.items())
+        if doc == label.doc_type and start + jp.MINUTE_MS <= plan.live_start_ms
+    ]  # fmt: skip
+    view = IncidentView(
+        incident_id=alert.incident_id, doc_type=label.doc_type, severity="warning",
+        state="open", opened_at_ms=alert.opened_at_ms, resolved_at_ms=None, window=window,
+        threshold=threshold, baseline_version=None,
+    )  # fmt: skip
+    view = with_history(view, history)
+    return f"{where_phrase(view)} {model_phrase(window, threshold, lambda s: f'`{s}`')}"
+
+
+def test_the_scoped_incidents_name_their_part_of_the_traffic() -> None:
+    plan = _plan(7)
+    by_kind = {lab.kind: lab for lab in plan.labels}
+    model, kind = by_kind["model_jump"], by_kind["kind_jump"]
+    profiles = {p.name: p for p in plan.traffic.profiles}
+    # The model incident's type is in a rollout: its candidate answers MODEL_SHARE.
+    rollout = profiles[model.doc_type].models
+    share = jp.MODEL_SHARE
+    assert rollout == ((rollout[0][0], round(1 - share, 2)), (model.model, share))
+    assert kind.anchor_kind == routing.main_kind(profiles[kind.doc_type].anchor_kinds)
+    injected = {(i.doc_type, i.kind): i for i in plan.traffic.incidents}
+    assert injected[(model.doc_type, "model_jump")].model == model.model
+    assert injected[(kind.doc_type, "kind_jump")].anchor_kind == kind.anchor_kind
+    # The live traffic shows it: the candidate drifts, the other version does not.
+    _, live = plan.split()
+    inside = [r.event for r in live if r.event is not None and r.event.doc_type == model.doc_type
+              and model.start_ms <= r.event.event_time_ms < model.end_ms]  # fmt: skip
+    candidate = fmean(e.mean_drift for e in inside if e.model == model.model and e.anchors)
+    production = fmean(e.mean_drift for e in inside if e.model != model.model and e.anchors)
+    assert candidate - production > 0.2
+    lines = label_lines(plan, None)
+    assert any(f"in {model.model} only" in line for line in lines), lines
+    assert any(f"in its {kind.anchor_kind} anchors only" in line for line in lines), lines
 
 
 def test_entries_are_read_by_the_ingest_reader_as_planned() -> None:
-    plan = jp.make_plan(NOW, seed=3, history_minutes=60, live_minutes=25, doc_types=4)
+    plan = jp.make_plan(NOW, seed=3, history_minutes=60, live_minutes=25, doc_types=6)
     _, live = plan.split()
     entries = jp.kong_entries(live, broken_every=10)
     broken = [e for e in entries if e.broken]
@@ -132,7 +219,34 @@ def test_a_label_alerted_twice_or_reopened_or_without_its_diagnosis_fails() -> N
 
 
 def test_the_plan_refuses_too_few_types_or_too_short_a_live_span() -> None:
-    with pytest.raises(ValueError, match="doc_types"):
-        jp.make_plan(NOW, doc_types=3)
+    with pytest.raises(ValueError, match="doc_types: at least 6"):
+        jp.make_plan(NOW, doc_types=5)
     with pytest.raises(ValueError, match="live_minutes"):
         jp.make_plan(NOW, live_minutes=20)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("later_minutes", [0, 148, 222])
+def test_the_gateway_faults_entries_all_arrive_and_each_type_reads_as_disabled(
+    later_minutes: int,
+) -> None:
+    """Which entries break depends on when the run starts; none in the gateway-wide
+    fault's span may, or a sparse type's first window of it could fall under the disabled
+    share that makes its incident a member of the group."""
+    plan = jp.with_gateway_fault(jp.make_plan(NOW + later_minutes * jp.MINUTE_MS, seed=7))
+    _, live = plan.split()
+    entries = jp.kong_entries(live, intact=plan.intact)
+    events = [r.event for r in live if r.event is not None]
+    assert len(entries) == len(events)
+    gateway = [lab for lab in plan.labels if lab.kind == "gateway"]
+    assert len(gateway) >= 3
+    for event, entry in zip(events, entries, strict=True):
+        if plan.intact(event):
+            assert entry.event is not None
+    windows = reference_windows([e.event for e in entries if e.event is not None], jp.MINUTE_MS)
+    limit = QualityLimits().disabled_share
+    for lab in gateway:
+        first = windows[(lab.doc_type, lab.start_ms)]
+        assert (first.disabled_share or 0.0) > limit, (lab.doc_type, first.disabled_share)
+    # Elsewhere entries still break.
+    assert any(e.broken for e in entries)
