@@ -218,7 +218,8 @@ def test_a_killed_taskmanager_is_replaced_by_up_the_job_recovers_and_down_leaves
         recovered = time.monotonic() - killed
         expected = flow.reference_windows(part1 + part2, MIN)
         closed = {k: w for k, w in expected.items() if k[1] <= T0 + 2 * MIN}
-        result = flow.compare(closed, [v.window for v in verdicts])
+        holders = flow.anchor_holders(part1 + part2, MIN)
+        result = flow.compare(closed, [v.window for v in verdicts], holders)
         assert result.ok, result
         everything |= set(s.flink.python_workers())
         rest.cancel(job)
