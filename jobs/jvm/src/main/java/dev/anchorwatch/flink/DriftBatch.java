@@ -380,35 +380,16 @@ public final class DriftBatch {
             ModelNames models = b.models;
             out.writeInt(models.count);
             for (int m = 0; m < models.count; m++) {
-                writeBytes(out, models.names[m].getBytes(StandardCharsets.UTF_8));
+                WindowBreakdown.writeBytes(out, models.names[m].getBytes(StandardCharsets.UTF_8));
             }
             out.writeInt(b.candidates);
             for (int c = 0; c < b.candidates; c++) {
                 out.writeInt(b.candEvent[c]);
                 out.writeLong(b.candPosition[c]);
                 out.writeDouble(b.candDrift[c]);
-                writeBytes(out, b.candId[c]);
-                writeBytes(out, b.candEventId[c]);
+                WindowBreakdown.writeBytes(out, b.candId[c]);
+                WindowBreakdown.writeBytes(out, b.candEventId[c]);
             }
-        }
-
-        private static void writeBytes(DataOutputView out, byte[] bytes) throws IOException {
-            if (bytes == null) {
-                out.writeInt(-1);
-            } else {
-                out.writeInt(bytes.length);
-                out.write(bytes);
-            }
-        }
-
-        private static byte[] readBytes(DataInputView in) throws IOException {
-            int length = in.readInt();
-            if (length < 0) {
-                return null;
-            }
-            byte[] bytes = new byte[length];
-            in.readFully(bytes);
-            return bytes;
         }
 
         @Override
@@ -476,7 +457,7 @@ public final class DriftBatch {
             int models = in.readInt();
             b.models.names = new String[Math.max(models, 1)];
             for (int m = 0; m < models; m++) {
-                b.models.names[m] = new String(readBytes(in), StandardCharsets.UTF_8);
+                b.models.names[m] = new String(WindowBreakdown.readBytes(in), StandardCharsets.UTF_8);
             }
             b.models.count = models;
             int candidates = in.readInt();
@@ -485,8 +466,8 @@ public final class DriftBatch {
                 b.candEvent[c] = in.readInt();
                 b.candPosition[c] = in.readLong();
                 b.candDrift[c] = in.readDouble();
-                b.candId[c] = readBytes(in);
-                b.candEventId[c] = readBytes(in);
+                b.candId[c] = WindowBreakdown.readBytes(in);
+                b.candEventId[c] = WindowBreakdown.readBytes(in);
             }
             b.candidates = candidates;
             return b;

@@ -151,12 +151,7 @@ final class EventBreakdown {
             refuseTop();
             return;
         }
-        int i = topCount++;
-        topArray[i] = array;
-        topFrom[i] = from;
-        topLength[i] = length;
-        topPosition[i] = position;
-        topDrift[i] = drift;
+        addTop(array, from, length, position, drift);
     }
 
     /**
@@ -172,6 +167,10 @@ final class EventBreakdown {
             refuseTop();
             return;
         }
+        addTop(array, from, length, position, drift);
+    }
+
+    private void addTop(byte[] array, int from, int length, long position, double drift) {
         int i = topCount++;
         topArray[i] = array;
         topFrom[i] = from;

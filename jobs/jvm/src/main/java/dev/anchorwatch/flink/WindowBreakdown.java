@@ -434,14 +434,15 @@ final class WindowBreakdown {
         return b;
     }
 
-    private static void writeBytes(DataOutputView out, byte[] bytes) throws IOException {
+    /** A byte string or null, length-prefixed (-1: null); DriftBatch's serializer uses it too. */
+    static void writeBytes(DataOutputView out, byte[] bytes) throws IOException {
         out.writeInt(bytes == null ? -1 : bytes.length);
         if (bytes != null) {
             out.write(bytes);
         }
     }
 
-    private static byte[] readBytes(DataInputView in) throws IOException {
+    static byte[] readBytes(DataInputView in) throws IOException {
         int length = in.readInt();
         if (length < 0) {
             return null;
