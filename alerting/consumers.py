@@ -19,6 +19,7 @@ from typing import Any, Final
 from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
+    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaError,
     KafkaException,
@@ -148,7 +149,9 @@ class VerdictConsumer:
             partition, offset = m.partition(), m.offset()
             assert partition is not None
             assert offset is not None
-            out.append(RawMessage(self.topic, partition, offset, m.value()))
+            kind, ts = m.timestamp()
+            stamp = ts if kind != TIMESTAMP_NOT_AVAILABLE and ts > 0 else None
+            out.append(RawMessage(self.topic, partition, offset, m.value(), stamp))
         if out:
             self.kafka_ok = True
         return out

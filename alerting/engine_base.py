@@ -53,6 +53,9 @@ class RawMessage:
     partition: int
     offset: int
     value: bytes | None
+    #: The record's Kafka timestamp (ms; the job's producer sets it when it writes the
+    #: verdict), None when the broker gives none.
+    timestamp_ms: int | None = None
 
 
 @dataclass

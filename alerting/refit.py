@@ -46,6 +46,18 @@ class RefitMetrics:
             "When refitted baselines were last published (Unix time).",
             registry=registry,
         )
+        self.behind = Gauge(
+            "anchorwatch_alerting_refit_behind_doc_types",
+            "Fitted doc types past refit_interval_s since their last fit with windows since: "
+            "due, waiting their turn (a run fits a few; the rest follow a check later).",
+            registry=registry,
+        )
+        self.behind_age = Gauge(
+            "anchorwatch_alerting_refit_behind_seconds",
+            "The longest any of those types has gone since its last fit: refits keep up while "
+            "this stays near refit_interval_s, and fall behind when it grows.",
+            registry=registry,
+        )
         for outcome in ("published", "skipped", "pinned", "failed", "dry_run"):
             self.refits.labels(outcome)
 
@@ -97,6 +109,9 @@ class Refitter:
         policy, dry_run = self._settings.policy, self._settings.alerting.dry_run
         fits: list[tuple[Baseline, Baseline | None, int]] = []
         tracker = self._engine.tracker
+        behind, behind_ms = self._history.backlog(now_ms, tracker.baseline)
+        self._metrics.behind.set(behind)
+        self._metrics.behind_age.set(behind_ms / 1000)
         due = self._history.due(
             now_ms,
             tracker.baseline,

@@ -158,6 +158,13 @@ class ServiceMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=registry,
         )
+        self.decision = Histogram(
+            "anchorwatch_alerting_verdict_decision_seconds",
+            "From a verdict's Kafka timestamp (the job writing it) to the commit of the batch "
+            "that decided it: how far behind the verdicts the service runs.",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2.5, 5, 10, 30, 60, 300),
+            registry=registry,
+        )
         self.batch = Histogram(
             "anchorwatch_alerting_batch_seconds",
             "Deciding and committing one batch of verdicts.",

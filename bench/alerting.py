@@ -102,7 +102,9 @@ def service(
     slack_rate: float | None = None,
     workspace_rate: float | None = None,
     channels: dict[str, str] | None = None,
+    alerting: dict[str, Any] | None = None,
 ) -> Iterator[tuple[psutil.Process, str]]:
+    """The service as its own process (``alerting``: more of its settings)."""
     port = free_port()
     rates = {
         name: rate
@@ -114,7 +116,7 @@ def service(
         "kafka": {"bootstrap_servers": job.kafka.bootstrap_servers},
         "topics": dict(job.topics),
         "alerting": {"state_dir": state, "start_offset": "earliest", "metrics_port": port,
-                     "sqlite_synchronous": sync, **rates},
+                     "sqlite_synchronous": sync, **rates, **(alerting or {})},
         "slack": {"mode": "bot", "api_url": slack.api_url, "bot_token": SLACK_TOKEN},
         "routing": {"doc_type_channels": channels or {}},
         "jira": {"enabled": True, "url": jira.url},

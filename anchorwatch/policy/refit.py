@@ -252,10 +252,7 @@ class RefitHistory:
             if limit is not None and fits >= limit and not pinned_type:
                 continue
             h = self._types[doc_type]
-            baseline = held(doc_type)
-            last_fit, fitted_until = h.fitted_at_ms, h.fitted_until_ms
-            if baseline is not None and (last_fit is None or baseline.fitted_at_ms > last_fit):
-                last_fit, fitted_until = baseline.fitted_at_ms, baseline.history_end_ms
+            last_fit, fitted_until = self._fit_of(h, held(doc_type))
             if last_fit is not None and now_ms - last_fit < self.schedule.interval_ms:
                 continue
             new = len(self._usable_rows(doc_type, h, ended_after_ms=fitted_until))
@@ -275,6 +272,32 @@ class RefitHistory:
                 )
             )
         return out
+
+    def backlog(self, now_ms: int, held: Callable[[str], Baseline | None]) -> tuple[int, int]:
+        """How far refits are behind, cheaply (no rows read): the fitted types past their
+        interval with a window ended after the history of their last fit, and the longest
+        time (ms) since such a type's last fit (0 when none is behind). Types never fitted
+        are left out."""
+        behind, oldest = 0, 0
+        for doc_type, h in self._types.items():
+            last_fit, fitted_until = self._fit_of(h, held(doc_type))
+            if last_fit is None or (fitted_until is not None and h.latest_end_ms <= fitted_until):
+                continue
+            age = now_ms - last_fit
+            if age >= self.schedule.interval_ms:
+                behind += 1
+                oldest = max(oldest, age)
+        return behind, oldest
+
+    @staticmethod
+    def _fit_of(h: _TypeHistory, baseline: Baseline | None) -> tuple[int | None, int | None]:
+        """A type's last fit (wall time) and the end of the history it rested on (event
+        time): the service's own, or its baseline's when that is newer."""
+        if baseline is not None and (
+            h.fitted_at_ms is None or baseline.fitted_at_ms > h.fitted_at_ms
+        ):
+            return baseline.fitted_at_ms, baseline.history_end_ms
+        return h.fitted_at_ms, h.fitted_until_ms
 
     def _last_fit(self, doc_type: str, held: Callable[[str], Baseline | None]) -> int:
         baseline = held(doc_type)

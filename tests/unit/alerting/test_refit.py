@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -340,3 +341,44 @@ def test_a_type_pinned_in_settings_is_never_refitted(tmp_path: Path) -> None:
     assert [[b.doc_type for b in batch] for batch in s.published] == [["quiet"]]
     assert s.refits("pinned") == 1
     assert s.engine.tracker.pin("pinned") == BaselinePin(mute=True, source="settings")
+
+
+def test_the_backlog_gauges_show_refits_falling_behind(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    types = [f"t{n}" for n in range(6)]
+    s.feed([verdict(t, i, m) for i, m in enumerate(CLEAN) for t in types])
+    s.refitter.run()  # 4 of the 6, none fitted before: nothing is behind yet
+
+    def gauges() -> tuple[float | None, float | None]:
+        return (
+            s.registry.get_sample_value("anchorwatch_alerting_refit_behind_doc_types"),
+            s.registry.get_sample_value("anchorwatch_alerting_refit_behind_seconds"),
+        )
+
+    assert gauges() == (0, 0)
+    s.clock.now += 2 * HOUR_S
+    s.feed([verdict(t, 12 + i, m) for i, m in enumerate(CLEAN) for t in types])
+    s.refitter.run()  # the 2 never fitted first, then 2 of the 4 fitted 2 h ago
+    assert gauges() == (4, 2 * HOUR_S)
+    s.clock.now += 30
+    s.refitter.run()
+    assert gauges() == (2, 2 * HOUR_S + 30)
+    s.clock.now += 30
+    s.refitter.run()
+    assert gauges() == (0, 0)
+
+
+def test_the_decision_time_runs_from_the_verdicts_kafka_timestamp(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    written_ms = int(time.time() * 1000) - 2_000
+    messages = [
+        RawMessage("verdicts", 0, i, encode(verdict("a", i, m)), written_ms)
+        for i, m in enumerate(CLEAN[:3])
+    ]
+    # A record without a timestamp is not timed.
+    messages.append(RawMessage("verdicts", 0, 3, encode(verdict("a", 3, 0.3))))
+    s.engine.process(messages, int(s.clock() * 1000))
+    name = "anchorwatch_alerting_verdict_decision_seconds"
+    assert s.registry.get_sample_value(f"{name}_count") == 3
+    assert 3 * 2.0 <= (s.registry.get_sample_value(f"{name}_sum") or 0) < 3 * 10.0
+    assert s.registry.get_sample_value(f"{name}_bucket", {"le": "1.0"}) == 0

@@ -192,3 +192,19 @@ def test_a_pinned_type_comes_out_marked_without_windows_and_beyond_the_limit() -
     assert [(d.doc_type, d.pinned) for d in due] == [("b", False), ("c", True), ("a", True)]
     h.fitted("a", fitted_at_ms=T0 + HOUR, history_end_ms=due[2].history_end_ms)
     assert "a" not in [d.doc_type for d in h.due(T0 + HOUR + MIN, held.get)]
+
+
+def test_the_backlog_counts_fitted_types_past_their_interval_with_windows_since() -> None:
+    h = history(interval_ms=HOUR)
+    for doc_type in ("fresh", "late", "quiet", "never"):
+        for i in range(10):
+            h.add(window(i, doc_type=doc_type))
+    now = T0 + 3 * HOUR
+    h.fitted("fresh", fitted_at_ms=now - 10 * MIN, history_end_ms=T0 + 5 * MIN)
+    # Fitted by its baseline (another instance's or a restart's fit) 2 h ago, windows since.
+    held = {"late": baseline("late", fitted_at_ms=T0 + 5 * MIN, history_end_ms=T0 + 5 * MIN)}
+    # Past its interval, but no window ended after its fit: nothing to refit on.
+    h.fitted("quiet", fitted_at_ms=T0 + 20 * MIN, history_end_ms=T0 + 10 * MIN)
+    assert h.backlog(now, held.get) == (1, now - (T0 + 5 * MIN))
+    h.fitted("late", fitted_at_ms=now, history_end_ms=T0 + 10 * MIN)
+    assert h.backlog(now, held.get) == (0, 0)
