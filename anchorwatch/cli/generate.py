@@ -76,6 +76,13 @@ _traffic_options = options(
         help="Data-quality incidents (zero anchors, disabled, KL spikes, re-sample bursts).",
     ),
     click.option(
+        "--scoped-incidents",
+        type=int,
+        default=0,
+        show_default=True,
+        help="Drift incidents in one model version only, or in one anchor kind only.",
+    ),
+    click.option(
         "--fault-rate",
         type=float,
         default=0.0,
@@ -105,6 +112,7 @@ def _traffic_config(opts: dict[str, Any]) -> Any:
         "disorder_ms": opts["disorder_ms"],
         "incidents": opts["incidents"],
         "fault_incidents": opts["fault_incidents"],
+        "scoped_incidents": opts.get("scoped_incidents", 0),
         "background_fault_rate": opts["fault_rate"],
     }
     if opts.get("start_ms") is not None:

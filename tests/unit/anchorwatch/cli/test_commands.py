@@ -70,6 +70,22 @@ def test_generate_writes_deterministic_ndjson_with_labels(tmp_path: Path) -> Non
     assert orjson.loads(labels[0])["kind"] in ("jump", "ramp")
 
 
+def test_generate_labels_scoped_incidents_with_their_model_or_kind(tmp_path: Path) -> None:
+    out = tmp_path / "traffic.ndjson"
+    args = ["generate", "--seed", "4", "--minutes", "30", "--doc-types", "6"]
+    result = CliRunner().invoke(cli, [*args, "--scoped-incidents", "4", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    labels = [
+        orjson.loads(line)
+        for line in out.with_name(out.name + ".labels.ndjson").read_bytes().splitlines()
+    ]
+    assert len(labels) == 4
+    for label in labels:
+        assert label["kind"] in ("model_jump", "kind_jump")
+        scope = label["model"] if label["kind"] == "model_jump" else label["anchor_kind"]
+        assert scope
+
+
 def test_generate_kong_format(tmp_path: Path) -> None:
     out = tmp_path / "kong.ndjson"
     result = CliRunner().invoke(

@@ -1,0 +1,42 @@
+"""bench/versions.py reads the headline figures out of the bench scripts' own lines."""
+
+from __future__ import annotations
+
+from bench.versions import figures
+
+JOB = """\
+round 1 drift job [summaries]          wall    9.4s fixed   3.0s    469,612 events/s
+median over 2 rounds: read-parse-discard [summaries] 747,118 events/s = 56% of read-discard \
+[summaries]'s 1,328,563/s; CPU per event 2.4 µs vs read-discard [summaries]'s 1.3 (+84%)
+median over 2 rounds: drift job [summaries] 563,121 events/s = 75% of read-parse-discard \
+[summaries]'s 747,118/s, 42% of read-discard [summaries]'s 1,328,563/s; CPU per event 3.3 µs \
+vs read-parse-discard [summaries]'s 2.4 (+35%)
+median over 2 rounds: drift job 141,020 events/s = 92% of read-parse-discard's 153,715/s; \
+CPU per event 11.5 µs vs read-parse-discard's 9.1 (+26%)
+"""
+
+INGEST = """\
+round 1:
+  ingest over HTTP, 2 worker(s), 32 connections:   55,123 events/s (80% of plain), request \
+p50 1.0 ms, p99 2.0 ms, peak RSS 100 MiB, 18.4 us CPU per event (3.0 in librdkafka's threads)
+  ingest + summaries over HTTP, 2 worker(s), 32 connections:   41,002 events/s (60% of \
+plain), request p50 1.0 ms, p99 2.0 ms, peak RSS 100 MiB, 21.0 us CPU per event (3.1 in \
+librdkafka's threads)
+medians over 1 round(s): plain producer 68,000 events/s
+"""
+
+
+def test_the_drift_jobs_medians_are_read_per_input_and_nothing_else() -> None:
+    assert figures(JOB) == {
+        "drift job [summaries]: events/s": 563_121,
+        "drift job [summaries]: CPU-µs/event": 3.3,
+        "drift job: events/s": 141_020,
+        "drift job: CPU-µs/event": 11.5,
+    }
+
+
+def test_each_ingest_setup_is_read_with_and_without_summaries() -> None:
+    found = figures(INGEST)
+    assert found["ingest over HTTP, 2 worker(s), 32 connections: events/s"] == 55_123
+    assert found["ingest + summaries over HTTP, 2 worker(s), 32 connections: CPU-µs/event"] == 21.0
+    assert len(found) == 4
