@@ -58,6 +58,12 @@ class RefitMetrics:
             "this stays near refit_interval_s, and fall behind when it grows.",
             registry=registry,
         )
+        self.unfitted = Gauge(
+            "anchorwatch_alerting_refit_unfitted_doc_types",
+            "Doc types with windows but no fit yet (the service's or a published baseline's): "
+            "waiting for refit_min_windows windows, or for their turn.",
+            registry=registry,
+        )
         for outcome in ("published", "skipped", "pinned", "failed", "dry_run"):
             self.refits.labels(outcome)
 
@@ -109,9 +115,10 @@ class Refitter:
         policy, dry_run = self._settings.policy, self._settings.alerting.dry_run
         fits: list[tuple[Baseline, Baseline | None, int]] = []
         tracker = self._engine.tracker
-        behind, behind_ms = self._history.backlog(now_ms, tracker.baseline)
+        behind, behind_ms, unfitted = self._history.backlog(now_ms, tracker.baseline)
         self._metrics.behind.set(behind)
         self._metrics.behind_age.set(behind_ms / 1000)
+        self._metrics.unfitted.set(unfitted)
         due = self._history.due(
             now_ms,
             tracker.baseline,

@@ -99,10 +99,11 @@ def produce(producer: Producer, topic: str, minute: int, names: list[str], sprea
 def status(minutes: int, before: dict[str, float], now: dict[str, float], peak: int) -> None:
     fits = now.get("refits published", 0) - before.get("refits published", 0)
     behind = now.get("anchorwatch_alerting_refit_behind_doc_types", 0)
+    unfitted = now.get("anchorwatch_alerting_refit_unfitted_doc_types", 0)
     print(
         f"after {minutes} live minute(s): verdict -> decision p99 <= "
         f"{bucket_quantile(before, now, 0.99):g} s, peak RSS {peak / 2**20:.0f} MiB, refits "
-        f"published {fits:.0f}, refit behind {behind:.0f} types",
+        f"published {fits:.0f}, refit behind {behind:.0f} types, never fitted {unfitted:.0f}",
         flush=True,
     )
 
@@ -160,13 +161,14 @@ def run(job: JobSettings, root: Path, args: argparse.Namespace) -> None:
     fits = after.get("refits published", 0) - before.get("refits published", 0)
     behind = after.get("anchorwatch_alerting_refit_behind_doc_types", 0)
     behind_s = after.get("anchorwatch_alerting_refit_behind_seconds", 0)
+    unfitted = after.get("anchorwatch_alerting_refit_unfitted_doc_types", 0)
     print(
         f"{args.types:,} types, {args.minutes} live minutes ({args.arrival}), refit interval "
         f"{args.refit_interval} s: verdict -> decision p50 <= {q[0.5]:g} s, p99 <= {q[0.99]:g} s "
         f"({count:,.0f} verdicts); peak RSS {peak / 2**20:.0f} MiB; state "
         f"{state_bytes(state) / 2**20:.1f} MiB; refits published during the live minutes "
         f"{fits:.0f}, behind at the end {behind:.0f} types (the longest {behind_s:.0f} s since "
-        "its last fit)",
+        f"its last fit), never fitted {unfitted:.0f}",
         flush=True,
     )
 

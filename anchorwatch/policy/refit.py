@@ -273,21 +273,24 @@ class RefitHistory:
             )
         return out
 
-    def backlog(self, now_ms: int, held: Callable[[str], Baseline | None]) -> tuple[int, int]:
+    def backlog(self, now_ms: int, held: Callable[[str], Baseline | None]) -> tuple[int, int, int]:
         """How far refits are behind, cheaply (no rows read): the fitted types past their
-        interval with a window ended after the history of their last fit, and the longest
-        time (ms) since such a type's last fit (0 when none is behind). Types never fitted
-        are left out."""
-        behind, oldest = 0, 0
+        interval with a window ended after the history of their last fit; the longest time
+        (ms) since such a type's last fit (0 when none is behind); and the types never
+        fitted (waiting for enough windows, or for their turn)."""
+        behind, oldest, unfitted = 0, 0, 0
         for doc_type, h in self._types.items():
             last_fit, fitted_until = self._fit_of(h, held(doc_type))
-            if last_fit is None or (fitted_until is not None and h.latest_end_ms <= fitted_until):
+            if last_fit is None:
+                unfitted += 1
+                continue
+            if fitted_until is not None and h.latest_end_ms <= fitted_until:
                 continue
             age = now_ms - last_fit
             if age >= self.schedule.interval_ms:
                 behind += 1
                 oldest = max(oldest, age)
-        return behind, oldest
+        return behind, oldest, unfitted
 
     @staticmethod
     def _fit_of(h: _TypeHistory, baseline: Baseline | None) -> tuple[int | None, int | None]:

@@ -349,23 +349,24 @@ def test_the_backlog_gauges_show_refits_falling_behind(tmp_path: Path) -> None:
     s.feed([verdict(t, i, m) for i, m in enumerate(CLEAN) for t in types])
     s.refitter.run()  # 4 of the 6, none fitted before: nothing is behind yet
 
-    def gauges() -> tuple[float | None, float | None]:
-        return (
-            s.registry.get_sample_value("anchorwatch_alerting_refit_behind_doc_types"),
-            s.registry.get_sample_value("anchorwatch_alerting_refit_behind_seconds"),
+    def gauges() -> tuple[float | None, ...]:
+        return tuple(
+            s.registry.get_sample_value(f"anchorwatch_alerting_refit_{name}")
+            for name in ("behind_doc_types", "behind_seconds", "unfitted_doc_types")
         )
 
-    assert gauges() == (0, 0)
+    # Measured before the run's fits: all six were waiting for their first.
+    assert gauges() == (0, 0, 6)
     s.clock.now += 2 * HOUR_S
     s.feed([verdict(t, 12 + i, m) for i, m in enumerate(CLEAN) for t in types])
     s.refitter.run()  # the 2 never fitted first, then 2 of the 4 fitted 2 h ago
-    assert gauges() == (4, 2 * HOUR_S)
+    assert gauges() == (4, 2 * HOUR_S, 2)
     s.clock.now += 30
     s.refitter.run()
-    assert gauges() == (2, 2 * HOUR_S + 30)
+    assert gauges() == (2, 2 * HOUR_S + 30, 0)
     s.clock.now += 30
     s.refitter.run()
-    assert gauges() == (0, 0)
+    assert gauges() == (0, 0, 0)
 
 
 def test_the_decision_time_runs_from_the_verdicts_kafka_timestamp(tmp_path: Path) -> None:

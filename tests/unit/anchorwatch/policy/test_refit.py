@@ -205,6 +205,6 @@ def test_the_backlog_counts_fitted_types_past_their_interval_with_windows_since(
     held = {"late": baseline("late", fitted_at_ms=T0 + 5 * MIN, history_end_ms=T0 + 5 * MIN)}
     # Past its interval, but no window ended after its fit: nothing to refit on.
     h.fitted("quiet", fitted_at_ms=T0 + 20 * MIN, history_end_ms=T0 + 10 * MIN)
-    assert h.backlog(now, held.get) == (1, now - (T0 + 5 * MIN))
+    assert h.backlog(now, held.get) == (1, now - (T0 + 5 * MIN), 1)
     h.fitted("late", fitted_at_ms=now, history_end_ms=T0 + 10 * MIN)
-    assert h.backlog(now, held.get) == (0, 0)
+    assert h.backlog(now, held.get) == (0, 0, 1)
