@@ -105,10 +105,16 @@ class Refitter:
             )
         )
         self._not_before = 0.0
+        #: Types the last run found due (at most TYPES_PER_RUN): at the cap, more may wait.
+        self.last_due = 0
 
     def run(self) -> list[Baseline]:
-        """Fit and publish every type due now; the baselines published."""
+        """Fit and publish the types due now, up to TYPES_PER_RUN of them (the longest
+        unfitted first; pinned ones beyond); the baselines published. The history's lock is
+        held while their windows are gathered and while they are marked, not while they
+        are fitted: verdicts go on being decided on the consumer thread meanwhile."""
         now = self._clock()
+        self.last_due = 0
         if now < self._not_before:
             return []
         now_ms = int(now * 1000)
@@ -125,6 +131,7 @@ class Refitter:
             self.TYPES_PER_RUN,
             pinned=lambda doc_type: tracker.pin(doc_type) is not None,
         )
+        self.last_due = sum(1 for item in due if not item.pinned)
         for item in due:
             if item.pinned:
                 # The owner's figures stand: not refitted, not due again for an interval.

@@ -279,8 +279,9 @@ class AlertingService:
                 "refit history ready",
                 extra={"doc_types": len(engine.refit.doc_types()), "windows_read_back": n},
             )
-        refit_every = min(self.REFIT_CHECK_S, float(a.refit_interval_s))
-        refit_checked = time.monotonic()
+        if self.refitter is not None:
+            # Once the history is rebuilt: fits run on a thread of their own.
+            self._spawn("refit", self._refit)
         while not self._stop.is_set():
             self._heartbeat = time.monotonic()
             if not baselines.caught_up:
@@ -297,9 +298,6 @@ class AlertingService:
                 if not verdicts.assigned:
                     self._stop.wait(1.0)
                     continue
-            if self.refitter is not None and now - refit_checked >= refit_every:
-                self.refitter.run()
-                refit_checked = now
             if now - pruned > self.PRUNE_EVERY_S:
                 cutoff = int((self._clock() - a.retention_days * 86_400) * 1000)
                 if n := engine.prune(cutoff):
@@ -322,6 +320,22 @@ class AlertingService:
             self._crash("batch_after_commit", "")
             verdicts.commit(offsets)
             self._wake_senders()
+
+    def _refit(self) -> None:
+        """Refits off the consumer thread, so that a fit (about half a second per type-week
+        of windows) never holds up a verdict: runs follow each other while a run finds as
+        many due types as it fits, else the next one comes a check later."""
+        assert self.refitter is not None and self._baselines is not None
+        every = min(self.REFIT_CHECK_S, float(self.settings.alerting.refit_interval_s))
+        while not self._stop.is_set():
+            if not self._baselines.caught_up:
+                # Not before every current baseline is known: a pin not yet read would be
+                # refitted over, a fresher baseline fitted again.
+                self._stop.wait(0.2)
+                continue
+            self.refitter.run()
+            if self.refitter.last_due < self.refitter.TYPES_PER_RUN:
+                self._stop.wait(every)
 
     # ----------------------------------------------------------------- probes
 
@@ -376,7 +390,8 @@ class AlertingService:
         for thread in self._threads:
             thread.join(timeout=max(0.0, threads_until - time.monotonic()))
         self.left_behind = [t.name for t in self._threads if t.is_alive()]
-        consumer_done = not any(t.name == "alerting-consumer" for t in self._stuck())
+        stuck = {t.name for t in self._stuck()}
+        consumer_done = "alerting-consumer" not in stuck
         if consumer_done:
             if not self._close_kafka(min(deadline, time.monotonic() + self.KAFKA_CLOSE_S)):
                 self.left_behind.append("kafka-clients")
@@ -384,8 +399,9 @@ class AlertingService:
             self.left_behind.append("kafka-clients")
         if self._endpoint:
             self._endpoint.stop()
-        if self.engine and consumer_done:
-            self.engine.close()  # a consumer thread still deciding keeps its connection
+        if self.engine and consumer_done and "alerting-refit" not in stuck:
+            # A thread still deciding, or still fitting, keeps its connections.
+            self.engine.close()
         if self._lock:
             self._lock.release()
             self._lock = None

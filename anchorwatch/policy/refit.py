@@ -20,13 +20,19 @@ A pinned type (its owner's figures, in settings or on its baseline record) is ne
 when it would be due, it comes out marked ``pinned``, with no windows, for the caller to
 count and to mark as handled (``fitted``) so that it is not due again until the interval has
 passed.
+
+One lock guards the history: the service decides verdicts (``add``, ``incident``, ``flush``)
+on one thread while another gathers and marks fits (``due``, ``fitted``); the fits
+themselves run outside it.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from anchorwatch.contracts import Baseline, WindowAggregate
 
@@ -140,6 +146,18 @@ class _TypeHistory:
     fitted_until_ms: int | None = None  # ... and the end of the history it rested on
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _locked(method: F) -> F:
+    @functools.wraps(method)
+    def guarded(self: RefitHistory, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return cast(F, guarded)
+
+
 class RefitHistory:
     """Every doc type's refit history (see the module doc for the rule)."""
 
@@ -152,6 +170,7 @@ class RefitHistory:
         """``rows``: where the windows are kept (default: in memory). Rows it already holds
         count as added (a restart on the service's own file)."""
         self.schedule = schedule
+        self._lock = threading.RLock()
         self.rows: WindowRows = rows if rows is not None else MemoryRows()
         self._types: dict[str, _TypeHistory] = {
             doc_type: _TypeHistory(latest_end_ms=end_ms)
@@ -160,6 +179,7 @@ class RefitHistory:
 
     # ----------------------------------------------------------------- inputs
 
+    @_locked
     def add(self, window: WindowAggregate) -> None:
         """A judged window. A start already held is replaced (the last one counts)."""
         h = self._types.setdefault(window.doc_type, _TypeHistory())
@@ -170,6 +190,7 @@ class RefitHistory:
         h.latest_end_ms = max(h.latest_end_ms, window.window_end_ms)
         self._prune(window.doc_type, h)
 
+    @_locked
     def incident(
         self,
         doc_type: str,
@@ -188,23 +209,28 @@ class RefitHistory:
             return
         h.spans[incident_id] = (first_breach_ms, resolved_at_ms)
 
+    @_locked
     def fitted(self, doc_type: str, *, fitted_at_ms: int, history_end_ms: int) -> None:
         """A fit of ``doc_type`` was made (published) at ``fitted_at_ms``."""
         h = self._types.setdefault(doc_type, _TypeHistory())
         h.fitted_at_ms, h.fitted_until_ms = fitted_at_ms, history_end_ms
 
+    @_locked
     def flush(self) -> None:
         """Make the windows added so far durable (a no-op in memory)."""
         self.rows.flush()
 
+    @_locked
     def close(self) -> None:
         self.rows.close()
 
     # ----------------------------------------------------------------- outputs
 
+    @_locked
     def doc_types(self) -> list[str]:
         return sorted(self._types)
 
+    @_locked
     def usable(self, doc_type: str) -> list[WindowAggregate]:
         """The windows a fit of ``doc_type`` would rest on now, in event-time order."""
         h = self._types.get(doc_type)
@@ -232,6 +258,7 @@ class RefitHistory:
             for start, end, count, mean in rows
         ]
 
+    @_locked
     def due(
         self,
         now_ms: int,
@@ -273,6 +300,7 @@ class RefitHistory:
             )
         return out
 
+    @_locked
     def backlog(self, now_ms: int, held: Callable[[str], Baseline | None]) -> tuple[int, int, int]:
         """How far refits are behind, cheaply (no rows read): the fitted types past their
         interval with a window ended after the history of their last fit; the longest time
@@ -307,6 +335,7 @@ class RefitHistory:
         own = self._types[doc_type].fitted_at_ms
         return max(own or -1, baseline.fitted_at_ms if baseline is not None else -1)
 
+    @_locked
     def window_count(self) -> int:
         """Windows held over all types (for the service's log line at start)."""
         return self.rows.count()

@@ -383,3 +383,43 @@ def test_the_decision_time_runs_from_the_verdicts_kafka_timestamp(tmp_path: Path
     assert s.registry.get_sample_value(f"{name}_count") == 3
     assert 3 * 2.0 <= (s.registry.get_sample_value(f"{name}_sum") or 0) < 3 * 10.0
     assert s.registry.get_sample_value(f"{name}_bucket", {"le": "1.0"}) == 0
+
+
+def test_verdicts_are_decided_while_a_fit_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service fits on a thread of its own: the history's lock is held while the due
+    types' windows are gathered and while they are marked, never during the fit itself."""
+    import threading
+
+    import anchorwatch.alerting.refit as refit_module
+
+    s = Setup(tmp_path)
+    s.feed([verdict("a", i, m) for i, m in enumerate(CLEAN)])
+    fitting, release = threading.Event(), threading.Event()
+
+    def slow_fit(*args: Any, **kwargs: Any) -> Any:
+        fitting.set()
+        assert release.wait(30), "the test did not release the fit"
+        return fit_baseline(*args, **kwargs)
+
+    monkeypatch.setattr(refit_module, "fit_baseline", slow_fit)
+    results: list[list[Baseline]] = []
+    fitter = threading.Thread(target=lambda: results.append(s.refitter.run()))
+    fitter.start()
+    try:
+        assert fitting.wait(30)
+        decided = threading.Thread(
+            target=lambda: s.feed([verdict("a", 12 + i, m) for i, m in enumerate(CLEAN[:3])])
+        )
+        decided.start()
+        decided.join(10)
+        assert not decided.is_alive(), "a verdict waited for the fit"
+        assert s.engine.refit is not None
+        assert len(s.engine.refit.usable("a")) == 15
+    finally:
+        release.set()
+        fitter.join(30)
+    (published,) = results
+    assert [b.doc_type for b in published] == ["a"]
+    assert published[0].window_count == 12  # what was due when the run gathered it
