@@ -323,9 +323,10 @@ class AlertingService:
 
     def _refit(self) -> None:
         """Refits off the consumer thread, so that a fit (about half a second per type-week
-        of windows) never holds up a verdict: runs follow each other while a run finds as
-        many due types as it fits, else the next one comes a check later."""
-        assert self.refitter is not None and self._baselines is not None
+        of windows) never holds up a verdict: while a run finds as many due types as it may
+        fit, the next follows after a rest as long as the run; else a check later."""
+        assert self.refitter is not None
+        assert self._baselines is not None
         every = min(self.REFIT_CHECK_S, float(self.settings.alerting.refit_interval_s))
         while not self._stop.is_set():
             if not self._baselines.caught_up:
@@ -333,9 +334,15 @@ class AlertingService:
                 # refitted over, a fresher baseline fitted again.
                 self._stop.wait(0.2)
                 continue
+            started = time.monotonic()
             self.refitter.run()
             if self.refitter.last_due < self.refitter.TYPES_PER_RUN:
                 self._stop.wait(every)
+            else:
+                # More are due: rest as long as the run took, so that a backlog (a first
+                # start at thousands of types) takes at most half of the interpreter from
+                # the consumer thread (one lock for all Python threads).
+                self._stop.wait(time.monotonic() - started)
 
     # ----------------------------------------------------------------- probes
 
