@@ -15,7 +15,8 @@ campaign's, three Kafka nodes with replication 3 and two TaskManagers), on free 
    the job benches; the rest the job's defaults unless an option says otherwise), the
    ingest service (`ingest serve`, ``--ingest-workers``, fresh gateway credentials), the
    local Slack and Jira and the alerting service posting to them, each its own process as
-   in the demo;
+   in the demo; each drifting type posts to a Slack channel of its own (``--channels``: fewer,
+   round-robin; Slack takes one message a second per channel, and that pacing then shows);
 3. ``--senders`` load processes (bench/latency_load.py) post Kong http-log batches of
    ``--batch`` entries over ``--concurrency`` connections each, paced to ``--rate`` entries/s
    in all, round-robin over ``--doc-types`` types, event time = the wall clock: a warm-up
@@ -245,6 +246,14 @@ def job_settings(bootstrap: str, topics: Any, a: argparse.Namespace, run_id: str
     )
 
 
+def channels_of(names: Sequence[str], drifting: int, channels: int) -> dict[str, str]:
+    """The drifting types' Slack channels (as ``plan`` picks them): round-robin over
+    ``channels``, or one each for 0."""
+    picked = [names[(i * len(names)) // drifting] for i in range(drifting)] if drifting else []
+    n = channels or len(picked) or 1
+    return {doc: f"#latency-{k % n:03d}" for k, doc in enumerate(picked)}
+
+
 def publish_pins(s: JobSettings, names: Sequence[str], seed: int) -> None:
     now = int(time.time() * 1000)
     pins = []
@@ -301,7 +310,9 @@ def run_setup(brokers: int, a: argparse.Namespace, work: Path, echo: Any) -> Out
             state = run_dir / "alerting"
             start_alerting(services, s, dest, port=0, state_dir=state,
                            group_id=f"anchorwatch-latency-{run_id}",
-                           update_interval_s=120)  # fmt: skip
+                           update_interval_s=120,
+                           extra={"routing": {"doc_type_channels": channels_of(
+                               names, a.drifting, a.channels)}})  # fmt: skip
             open_after = s.policy.rules[0].open_after
             sched = plan(int(time.time() * 1000) + 2000, warmup_s=a.warmup_s,
                          minutes=a.minutes, doc_types=a.doc_types, drifting=a.drifting,
@@ -496,6 +507,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=int, default=4, help="measured one-minute windows")
     p.add_argument("--brokers", choices=("1", "3", "both"), default="1")
     p.add_argument("--drifting", type=int, default=40, help="doc types that open an incident")
+    p.add_argument(
+        "--channels", type=int, default=0,
+        help="Slack channels the drifting types are routed to, round-robin (Slack takes one "
+        "message a second per channel: with fewer channels than incidents of one window, "
+        "that pacing is in the figures); 0: one channel each",
+    )  # fmt: skip
     p.add_argument("--ingest-workers", type=int, default=2)
     p.add_argument("--batch", type=int, default=100, help="Kong entries per request")
     p.add_argument("--concurrency", type=int, default=16, help="connections per sender")

@@ -183,3 +183,17 @@ def test_accepted_rate_is_over_the_measured_minutes_only() -> None:
     accepted = {60: 6_000, 120: 120_000, 180: 60_000, 240: 999_999}
     assert accepted_rate(accepted, 120, 240) == pytest.approx(1500.0)
     assert accepted_rate({}, 120, 240) == 0.0
+
+
+def test_the_drifting_types_get_a_channel_each_or_share_them_round_robin() -> None:
+    from bench.latency import channels_of
+    from bench.latency_load import plan
+
+    names = [f"t{i:03d}" for i in range(20)]
+    schedule = plan(0, warmup_s=0, minutes=3, doc_types=20, drifting=4, open_after=2,
+                    tail_ms=0)  # fmt: skip
+    drifting = [names[i] for i in schedule.onsets]
+    assert sorted(channels_of(names, 4, 0)) == sorted(drifting)
+    assert len(set(channels_of(names, 4, 0).values())) == 4
+    assert sorted(channels_of(names, 4, 2).values()) == ["#latency-000"] * 2 + ["#latency-001"] * 2
+    assert channels_of(names, 0, 0) == {}
