@@ -5,6 +5,7 @@ pipeline to answer (``wait_for``, ``answers``), with ``JourneyError`` when it do
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -86,7 +87,12 @@ def env_of(config: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     out = {}
     for section, fields in config.items():
         for name, value in fields.items():
-            text = str(value).lower() if isinstance(value, bool) else str(value)
+            if isinstance(value, bool):
+                text = str(value).lower()
+            elif isinstance(value, (list, tuple, dict)):
+                text = json.dumps(value)  # complex fields are JSON in the environment
+            else:
+                text = str(value)
             out[f"ANCHORWATCH_{section.upper()}__{name.upper()}"] = text
     return out
 
