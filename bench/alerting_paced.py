@@ -32,6 +32,7 @@ from pathlib import Path
 
 import requests
 from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
 
 from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.contracts import encode
@@ -49,15 +50,16 @@ DECISION = "anchorwatch_alerting_verdict_decision_seconds"
 def metrics(url: str) -> dict[str, float]:
     """The service's unlabelled samples and the decision histogram's buckets by bound."""
     out: dict[str, float] = {}
-    for line in requests.get(f"{url}/metrics", timeout=60).text.splitlines():
-        if line.startswith(f'{DECISION}_bucket{{le="'):
-            bound = line.split('"')[1]
-            out[f"le {bound}"] = float(line.rsplit(" ", 1)[1])
-        elif line.startswith("anchorwatch_alerting_") and "{" not in line:
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-        elif line.startswith('anchorwatch_alerting_baseline_refits_total{outcome="published"}'):
-            out["refits published"] = float(line.rsplit(" ", 1)[1])
+    text = requests.get(f"{url}/metrics", timeout=60).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == f"{DECISION}_bucket":
+                out[f"le {sample.labels['le']}"] = sample.value
+            elif sample.name == "anchorwatch_alerting_baseline_refits_total":
+                if sample.labels.get("outcome") == "published":
+                    out["refits published"] = sample.value
+            elif sample.name.startswith("anchorwatch_alerting_") and not sample.labels:
+                out[sample.name] = sample.value
     return out
 
 

@@ -99,6 +99,7 @@ from bench.latency_load import (
     Schedule,
     build_pools,
     doc_type_names,
+    drifting_types,
     load_stats,
     plan,
     sender_specs,
@@ -249,7 +250,7 @@ def job_settings(bootstrap: str, topics: Any, a: argparse.Namespace, run_id: str
 def channels_of(names: Sequence[str], drifting: int, channels: int) -> dict[str, str]:
     """The drifting types' Slack channels (as ``plan`` picks them): round-robin over
     ``channels``, or one each for 0."""
-    picked = [names[(i * len(names)) // drifting] for i in range(drifting)] if drifting else []
+    picked = [names[t] for t in drifting_types(len(names), drifting)]
     n = channels or len(picked) or 1
     return {doc: f"#latency-{k % n:03d}" for k, doc in enumerate(picked)}
 

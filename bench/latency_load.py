@@ -279,6 +279,11 @@ class Schedule:
         return list(range(self.measure_start_ms + MIN, self.measure_end_ms + 1, MIN))
 
 
+def drifting_types(doc_types: int, drifting: int) -> list[int]:
+    """The indexes of the drifting types: spread evenly over the doc types."""
+    return [(i * doc_types) // drifting for i in range(drifting)]
+
+
 def plan(
     now_ms: int,
     *,
@@ -300,7 +305,8 @@ def plan(
     measure_end = measure_start + minutes * MIN
     slots = minutes - open_after + 1
     onsets = {
-        (i * doc_types) // drifting: measure_start + (i % slots) * MIN for i in range(drifting)
+        t: measure_start + (i % slots) * MIN
+        for i, t in enumerate(drifting_types(doc_types, drifting))
     }
     return Schedule(
         start_ms=now_ms,

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -83,14 +82,10 @@ def prepare(rev: str, target: Path) -> None:
 
 
 def side_env(checkout: Path) -> dict[str, str]:
+    """The environment a checkout's bench runs in: another checkout's jar in its own cache."""
     env = dict(os.environ)
     if checkout != HERE:
         env["XDG_CACHE_HOME"] = str(checkout / ".cache")
-        if not (checkout / ".cache").exists():
-            # The Kafka jars are the same pins: copy them rather than fetch them again.
-            jars = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "anchorwatch"
-            if (jars / "jvm" / "kafka").is_dir():
-                shutil.copytree(jars / "jvm" / "kafka", checkout / ".cache/anchorwatch/jvm/kafka")
     return env
 
 

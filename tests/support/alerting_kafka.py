@@ -4,7 +4,6 @@ serve` as a process, and waiting for it to have delivered everything."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from anchorwatch.alerting.fakes.slack import LocalSlack
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.store import Store, StoreError
 from anchorwatch.contracts import DriftEvent, Verdict, decode_drift_event, encode
+from anchorwatch.demo.journey_processes import env_of
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config, read_topic
 from anchorwatch.stack.processes import free_port
@@ -69,17 +69,10 @@ def load_settings(config: dict[str, dict[str, Any]]) -> AlertingSettings:
 
 
 def service_env(config: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """The same settings as ANCHORWATCH_<SECTION>__<FIELD> variables."""
+    """The same settings as ANCHORWATCH_<SECTION>__<FIELD> variables, over this process's
+    environment without its own ANCHORWATCH_ ones."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANCHORWATCH_")}
-    for section, fields in config.items():
-        for name, value in fields.items():
-            key = f"ANCHORWATCH_{section.upper()}__{name.upper()}"
-            if isinstance(value, bool):
-                env[key] = str(value).lower()
-            elif isinstance(value, (list, tuple, dict)):
-                env[key] = json.dumps(value)  # complex fields are JSON in the environment
-            else:
-                env[key] = str(value)
+    env.update(env_of(config))
     env["ANCHORWATCH_LOG_LEVEL"] = "WARNING"
     return env
 
