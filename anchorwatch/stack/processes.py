@@ -212,16 +212,22 @@ def start_daemon(
 
 
 def stop_pid(pid: int, marker: str, *, grace_s: float = 30.0) -> bool:
-    """SIGTERM, then SIGKILL after ``grace_s``. Returns True if it had to kill."""
+    """SIGTERM, then SIGKILL after ``grace_s``, and wait until it has exited (as
+    ``stop_pids``). Returns True if it had to kill."""
     if not is_alive(pid, marker):
         return False
+    started = _start_time(pid)
+
+    def gone() -> bool:
+        return not _still_running(pid, started)
+
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    if wait_until(lambda: not is_alive(pid, marker), timeout_s=grace_s):
+    if wait_until(gone, timeout_s=grace_s):
         return False
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: not is_alive(pid, marker), timeout_s=10)
+    wait_until(gone, timeout_s=10)
     return True
 
 
@@ -255,17 +261,17 @@ def processes_with_env(name: str, value: str) -> list[int]:
 
 
 def stop_pids(pids: Sequence[int], *, grace_s: float = 10.0, marker: str | None = None) -> None:
-    """SIGTERM every pid, SIGKILL those still there after ``grace_s``. A pid counts as the
-    same process while its start time is (or, with ``marker``, while its cmdline has it)."""
-    started = {pid: _stat_fields(pid)[19:20] for pid in pids}
+    """SIGTERM every pid, SIGKILL those still there after ``grace_s``, and wait until they
+    have exited. With ``marker``, only pids whose cmdline has it are ours to stop; from then
+    on a pid counts as the same process while its start time is. (Its cmdline reads empty
+    as soon as an exiting process has dropped its memory, well before it has exited: a JVM
+    unmapping a large heap stays running for a while with no cmdline.)"""
+    started = {pid: _start_time(pid) for pid in pids}
 
     def alive(pid: int) -> bool:
-        if marker is not None:
-            return is_alive(pid, marker)
-        fields = _stat_fields(pid)
-        return bool(fields) and fields[19:20] == started[pid] and fields[0] not in ("Z", "X")
+        return _still_running(pid, started[pid])
 
-    live = [p for p in pids if alive(p)]
+    live = [p for p in pids if alive(p) and (marker is None or is_alive(p, marker))]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in live:
             with contextlib.suppress(ProcessLookupError):
@@ -277,6 +283,17 @@ def stop_pids(pids: Sequence[int], *, grace_s: float = 10.0, marker: str | None 
 
 def _none_alive(alive: Callable[[int], bool], pids: tuple[int, ...]) -> bool:
     return not any(map(alive, pids))
+
+
+def _start_time(pid: int) -> list[str]:
+    """The process's start time (its identity with the pid: [] if gone)."""
+    return _stat_fields(pid)[19:20]
+
+
+def _still_running(pid: int, start_time: list[str]) -> bool:
+    """True while the process that had ``start_time`` has not exited (a zombie has)."""
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[19:20] == start_time and fields[0] not in ("Z", "X")
 
 
 def _stat_fields(pid: int) -> list[str]:

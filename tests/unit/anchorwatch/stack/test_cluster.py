@@ -20,6 +20,7 @@ from anchorwatch.stack.processes import (
     StackError,
     is_alive,
     processes_with_env,
+    stop_pid,
     stop_pids,
     wait_until,
 )
@@ -204,6 +205,43 @@ def test_processes_are_found_by_environment_and_stopped_with_their_start_time() 
     finally:
         for p in [*procs, ignores_term]:
             p.kill()
+
+
+@pytest.mark.parametrize("stop", ["stop_pid", "stop_pids"])
+def test_stopping_waits_until_the_process_has_exited_not_until_its_cmdline_changes(
+    stop: str,
+) -> None:
+    # An exiting JVM reads with an empty cmdline while it still unmaps its heap; here the
+    # process loses its marker on SIGTERM by exec'ing a short sleep (same pid, same start).
+    marker = f"aw-test-{time.time_ns()}"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import os, signal, time; signal.signal(signal.SIGTERM, "
+         "lambda *_: os.execvp('sleep', ['sleep', '1.5'])); print(flush=True); time.sleep(600)",
+         marker],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    try:
+        if stop == "stop_pid":
+            assert stop_pid(proc.pid, marker, grace_s=10) is False  # SIGTERM was enough
+        else:
+            stop_pids([proc.pid], grace_s=10, marker=marker)
+        assert proc.poll() == 0, "stop returned while the process still ran"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_pid_without_the_marker_is_not_ours_to_stop() -> None:
+    proc = subprocess.Popen(["sleep", "600"])
+    try:
+        stop_pids([proc.pid], grace_s=1, marker="aw-test-not-in-its-cmdline")
+        assert stop_pid(proc.pid, "aw-test-not-in-its-cmdline") is False
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_the_caller_and_its_shell_are_never_taken_for_workers(tmp_path: Path) -> None:
