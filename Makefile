@@ -23,6 +23,8 @@ system:
 	         chromium:chromium chromedriver:chromium-driver openssl:openssl; do \
 	  command -v $${p%%:*} >/dev/null || missing="$$missing $${p#*:}"; done; \
 	command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || missing="$$missing golang-go"; \
+	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then echo "missing system packages; Debian: apt-get install$$missing"; exit 1; fi
 
 lint: $(VENV)/.installed

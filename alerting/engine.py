@@ -114,8 +114,8 @@ class Engine(Releasing):
         self.refit = refit  # the windows judged, for refits (None: no refits)
         self._metrics = metrics
         self._fanout = Fanout(settings, named(tuple(integrations)))
-        self._silences = SilenceBook(store.path.parent)
-        self._acks = AckQueue(store.path.parent)
+        self._silences = SilenceBook(store.location)
+        self._acks = AckQueue(store.location)
         self._clock = clock
         self._crash = crash
         self._history_len = max(settings.slack.chart_windows, MIN_HISTORY)

@@ -1,4 +1,5 @@
-"""The refit history's windows on disk: a SQLite file of its own next to the service's state.
+"""The refit history's windows on disk: a SQLite file of its own next to the service's state,
+or schema ``alerting_refit`` of its PostgreSQL database (``database.py``).
 
 A week of one-minute windows is ~10,000 per doc type; held in Python objects that is about
 2 MB per type, 20 GB for 10,000 types. Here each window is one row of a table keyed by
@@ -14,15 +15,16 @@ may lose the last commits, which shortens the history a refit sees, and nothing 
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Final
 
+from anchorwatch.alerting.database import DATABASE_ERRORS, Database, DatabaseError, StateLocation
 from anchorwatch.errors import AnchorwatchError
 from anchorwatch.policy.incident_types import Incident
 from anchorwatch.policy.refit import RefitHistory, Row
 
 FILENAME: Final = "refit-windows.sqlite3"
+PG_SCHEMA: Final = "alerting_refit"
 
 _SCHEMA: Final = """
 -- Per doc type: a short id for the rows (a row's size does not grow with the type's name)
@@ -47,29 +49,28 @@ class RefitRowsError(AnchorwatchError):
     pass
 
 
-class SqliteRows:
-    """``anchorwatch.policy.refit.WindowRows`` in ``state_dir/refit-windows.sqlite3``.
+class StoredRows:
+    """``anchorwatch.policy.refit.WindowRows`` in ``state_dir/refit-windows.sqlite3`` (or
+    PostgreSQL, see the module).
 
     Writes go into one open transaction until ``flush``; reads on this connection see them.
     One thread at a time (the consumer thread, which owns the engine)."""
 
-    def __init__(self, state_dir: Path) -> None:
-        self.path = state_dir / FILENAME
-        state_dir.mkdir(parents=True, exist_ok=True)
+    def __init__(self, state: Path | StateLocation) -> None:
         try:
-            self._db = sqlite3.connect(
-                self.path, isolation_level=None, timeout=60, check_same_thread=False
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            raise RefitRowsError(f"refit history {self.path}: {exc}") from None
+            self._db = Database(state, filename=FILENAME, schema=PG_SCHEMA, synchronous="NORMAL")
+            self._db.script(_SCHEMA)
+            rows = self._db.execute(
+                "SELECT type_id, doc_type, latest_end_ms FROM doc_types"
+            ).fetchall()
+        except DatabaseError as exc:
+            raise RefitRowsError(f"refit history: {exc}") from None
+        except DATABASE_ERRORS as exc:
+            raise RefitRowsError(f"refit history {self._db.describe()}: {exc}") from None
+        self.path = self._db.path
         self._ids: dict[str, int] = {}
         self._latest: dict[str, int] = {}
-        for type_id, doc_type, latest in self._db.execute(
-            "SELECT type_id, doc_type, latest_end_ms FROM doc_types"
-        ):
+        for type_id, doc_type, latest in rows:
             self._ids[doc_type], self._latest[doc_type] = type_id, latest
         self._latest_dirty: set[str] = set()
 
@@ -77,18 +78,19 @@ class SqliteRows:
         self.flush()
         self._db.close()
 
-    def _write(self) -> sqlite3.Connection:
+    def _write(self) -> Database:
         if not self._db.in_transaction:
-            self._db.execute("BEGIN")
+            self._db.begin()
         return self._db
 
     def _id(self, doc_type: str) -> int:
         type_id = self._ids.get(doc_type)
         if type_id is None:
             cursor = self._write().execute(
-                "INSERT INTO doc_types (doc_type, latest_end_ms) VALUES (?, ?)", (doc_type, -1)
+                "INSERT INTO doc_types (doc_type, latest_end_ms) VALUES (?, ?) RETURNING type_id",
+                (doc_type, -1),
             )
-            type_id = self._ids[doc_type] = int(cursor.lastrowid or 0)
+            type_id = self._ids[doc_type] = int(cursor.fetchone()[0])
             self._latest[doc_type] = -1
         return type_id
 
@@ -117,11 +119,12 @@ class SqliteRows:
         type_id = self._ids.get(doc_type)
         if type_id is None:
             return []
-        return self._db.execute(
+        rows: list[Row] = self._db.execute(
             "SELECT start_ms, end_ms, request_count, mean_drift FROM windows "
             "WHERE type_id = ? AND start_ms >= ? AND end_ms > ? ORDER BY start_ms",
             (type_id, since_ms, -(2**62) if ended_after_ms is None else ended_after_ms),
         ).fetchall()
+        return rows
 
     def count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM windows").fetchone()[0])
@@ -137,11 +140,19 @@ class SqliteRows:
                 [(self._latest[d], self._ids[d]) for d in self._latest_dirty],
             )
             self._latest_dirty = set()
-        if self._db.in_transaction:
-            self._db.execute("COMMIT")
+        self._db.commit()
 
     def size_bytes(self) -> int:
-        """The file and its write-ahead log on disk."""
+        """The file and its write-ahead log on disk (PostgreSQL: the tables, with indexes)."""
+        if self._db.dialect == "postgresql":
+            return int(
+                self._db.execute(
+                    "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = ? AND c.relkind = 'r'",
+                    (PG_SCHEMA,),
+                ).fetchone()[0]
+            )
         wal = self.path.with_name(self.path.name + "-wal")
         return sum(p.stat().st_size for p in (self.path, wal) if p.exists())
 

@@ -32,15 +32,17 @@ from prometheus_client import CollectorRegistry
 from anchorwatch.alerting import log_limit
 from anchorwatch.alerting.consumers import BaselineConsumer, VerdictConsumer
 from anchorwatch.alerting.crash import CrashPoints
+from anchorwatch.alerting.database import Database, StateLocation
 from anchorwatch.alerting.engine import Engine
 from anchorwatch.alerting.http import Endpoint
 from anchorwatch.alerting.integrations import registry
 from anchorwatch.alerting.integrations.base import BatchSender, Sender
 from anchorwatch.alerting.integrations.dry_run import DryRunSender
+from anchorwatch.alerting.leadership import Lease, LostLead
 from anchorwatch.alerting.notify import OneAttempt
 from anchorwatch.alerting.outbox import Drainer
 from anchorwatch.alerting.refit import RefitMetrics, Refitter, rebuild_refit_history
-from anchorwatch.alerting.refit_rows import SqliteRows
+from anchorwatch.alerting.refit_rows import StoredRows
 from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.silence_api import SilenceApi
@@ -119,6 +121,7 @@ class AlertingService:
         self._threads: list[threading.Thread] = []
         self._drainers: list[Drainer] = []
         self._lock: StateLock | None = None
+        self._lease: Lease | None = None  # with the state in PostgreSQL
         self._endpoint: Endpoint | None = None
         self._heartbeat = time.monotonic()
         self.engine: Engine | None = None
@@ -154,15 +157,17 @@ class AlertingService:
         a = s.alerting
         # Wrong credentials or an untrusted CA stop the start here, naming the setting.
         check_access(s.kafka)
-        self._lock = StateLock(a.state_dir)
+        state = a.state_location()
+        if not self._take_state(state):
+            return self  # stopped while waiting as a standby
         try:
-            store = Store(a.state_dir, synchronous=a.sqlite_synchronous)
+            store = Store(state, synchronous=a.sqlite_synchronous, fence=self._fence)
             refit = (
                 RefitHistory(
                     RefitSchedule(
                         a.refit_interval_s * 1000, a.refit_history_s * 1000, a.refit_min_windows
                     ),
-                    SqliteRows(a.state_dir),
+                    StoredRows(state),
                 )
                 if a.refit
                 else None
@@ -179,10 +184,10 @@ class AlertingService:
             if refit is not None:
                 self.refitter = Refitter(s, self.engine, self.refit_metrics, clock=self._clock)
             token = a.token()
-            api = SilenceApi(a.state_dir, token.get_secret_value() if token else None)
+            api = SilenceApi(state, token.get_secret_value() if token else None)
             secret = s.slack.signing() if s.slack.buttons else None  # else: 404
             slack = SlackInteractions(
-                a.state_dir, secret.get_secret_value() if secret else None, clock=self._clock
+                state, secret.get_secret_value() if secret else None, clock=self._clock
             )
             self._endpoint = Endpoint(
                 a.metrics_host,
@@ -200,8 +205,10 @@ class AlertingService:
                 )
             self._baselines = BaselineConsumer(s, self.metrics.baselines.labels("invalid").inc)
         except BaseException:
-            self._lock.release()
+            self._give_state_up()
             raise
+        if self._lease is not None:
+            self._spawn("lease", self._lease.keep, self._stop, self._lost_lead)
         for integration in self.integrations():
             self._spawn(f"sender-{integration}", self._drain, integration)
         self._spawn("consumer", self._consume)
@@ -210,7 +217,7 @@ class AlertingService:
         log.info(
             "alerting service started",
             extra={
-                "state_dir": str(a.state_dir),
+                "state": state.describe(),
                 "integrations": self.integrations(),
                 "dry_run": a.dry_run,
                 "endpoint": self._endpoint.url,
@@ -218,6 +225,46 @@ class AlertingService:
             },
         )
         return self
+
+    def _take_state(self, state: StateLocation) -> bool:
+        """The state for this instance alone: the directory's lock (SQLite), or the lead of
+        the shared state (PostgreSQL), waiting as a standby until it has it. False if
+        stopped while waiting."""
+        if not state.shared:
+            self._lock = StateLock(state.directory)
+            return True
+        self._lease = Lease(state, lease_s=self.settings.alerting.lease_s)
+        try:
+            if self._lease.acquire(self._stop):
+                return True
+        except BaseException:
+            self._give_state_up()
+            raise
+        self._give_state_up()
+        return False
+
+    @property
+    def _fence(self) -> Callable[[Database], None] | None:
+        return self._lease.fence if self._lease is not None else None
+
+    def _lost_lead(self, reason: str) -> None:
+        self._failure = LostLead(reason)
+        log.error("alerting lead lost: stopping", extra={"reason": reason})
+        self._stop.set()
+
+    def _give_state_up(self) -> None:
+        if self._lock:
+            self._lock.release()
+            self._lock = None
+        if self._lease is not None:
+            self._lease.release()
+            self._lease.close()
+            self._lease = None
+
+    @property
+    def leads(self) -> bool:
+        """Whether this instance runs (holds the state), as opposed to waiting or stopped."""
+        return self._lock is not None or (self._lease is not None and self._lease.epoch is not None)
 
     @property
     def endpoint_url(self) -> str:
@@ -239,7 +286,7 @@ class AlertingService:
 
     def _drain(self, name: str) -> None:
         a = self.settings.alerting
-        store = Store(a.state_dir, synchronous=a.sqlite_synchronous)
+        store = Store(a.state_location(), synchronous=a.sqlite_synchronous, fence=self._fence)
         sender = self._sender(name)
         rate, total_rate = self._rates(name)
         drainer = Drainer(
@@ -409,7 +456,10 @@ class AlertingService:
         if self.engine and consumer_done and "alerting-refit" not in stuck:
             # A thread still deciding, or still fitting, keeps its connections.
             self.engine.close()
-        if self._lock:
+        if not stuck:
+            # A thread still running may still write: the lead stays held until it expires.
+            self._give_state_up()
+        elif self._lock:
             self._lock.release()
             self._lock = None
         log.info(
@@ -482,9 +532,11 @@ def run(settings: AlertingSettings) -> None:
             os._exit(1 if service._failure is not None else 0)
 
 
-def list_incidents(state_dir: Path, *, open_only: bool, limit: int) -> list[IncidentListing]:
+def list_incidents(
+    state: Path | StateLocation, *, open_only: bool, limit: int
+) -> list[IncidentListing]:
     """The incidents the service holds (for `anchorwatch alerting incidents`)."""
-    store = Store(state_dir, create=False)
+    store = Store(state, create=False)
     try:
         return store.list_incidents(open_only=open_only, limit=limit)
     finally:

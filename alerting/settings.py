@@ -46,6 +46,7 @@ from anchorwatch.alerting.routing import (
 )
 from anchorwatch.alerting.secret_fields import http_url, one_secret
 from anchorwatch.alerting.silences import MaintenanceWindow
+from anchorwatch.alerting.state_settings import StateFields
 from anchorwatch.alerting.watchdog_settings import WatchdogSection
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.settings import Section, ServiceSettings
@@ -403,14 +404,9 @@ class RetrySection(Section):
         )
 
 
-class AlertingSection(Section):
+class AlertingSection(StateFields):
     """The service: where its state lives, how it consumes verdicts, its endpoint, pacing."""
 
-    state_dir: Path = Field(
-        Path(".anchorwatch/alerting"),
-        description="Directory of the service's SQLite state (incidents, outbox, offsets, "
-        "detector state). One service per directory (a lock file enforces it).",
-    )
     group_id: str = Field(
         "anchorwatch-alerting",
         min_length=1,
@@ -505,11 +501,6 @@ class AlertingSection(Section):
         le=3650,
         description="Resolved incidents and delivered notifications are kept this long (for "
         "`alerting incidents`).",
-    )
-    sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(
-        "FULL",
-        description="FULL: every commit survives a power loss; NORMAL: faster, survives a "
-        "process crash (kill -9) but may lose the last commits on a power loss.",
     )
     refit: bool = Field(
         True,

@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
 
+from anchorwatch.alerting.database import StateLocation
 from anchorwatch.alerting.silence_book import SilenceBook
 from anchorwatch.alerting.silences import SilenceError, new_silence, parse_duration
 
@@ -45,11 +46,11 @@ def _error(status: int, message: str) -> Response:
 class SilenceApi:
     def __init__(
         self,
-        state_dir: Path,
+        state: Path | StateLocation,
         token: str | None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._state_dir = state_dir
+        self._state = state
         self._token = token.encode() if token else None
         self._clock = clock
 
@@ -79,7 +80,7 @@ class SilenceApi:
         return _error(405, f"{method} {url.path}: not a silences call (see docs/alerting.md)")
 
     def _book(self) -> SilenceBook:
-        return SilenceBook(self._state_dir)
+        return SilenceBook(self._state)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)

@@ -1,20 +1,21 @@
-"""The silences of a state file (the ``silences`` table of ``store_schema.py``).
+"""The silences of the state (the ``silences`` table of ``store_schema.py``).
 
 Its own connection, apart from ``Store``: the CLI, the HTTP API and the engine each open a
-book on the same file (WAL lets them read while the service writes). Adding or expiring a
-silence is one short transaction, logged; the engine reads the active ones once a batch.
+book on the same state (on SQLite, WAL lets them read while the service writes). Adding or
+expiring a silence is one short transaction, logged; the engine reads the active ones once a
+batch.
 """
 
 from __future__ import annotations
 
 import logging
-import sqlite3
 from dataclasses import astuple, fields, replace
 from pathlib import Path
 from typing import Any
 
+from anchorwatch.alerting.database import Database, DatabaseError, StateLocation
 from anchorwatch.alerting.silences import Silence, SilenceError
-from anchorwatch.alerting.store import FILENAME, Store, StoreError
+from anchorwatch.alerting.store import FILENAME, PG_SCHEMA, Store, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -23,22 +24,20 @@ _SELECT = f"SELECT {', '.join(_FIELDS)} FROM silences"  # noqa: S608  (our own n
 
 
 class SilenceBook:
-    def __init__(self, state_dir: Path) -> None:
-        # Opening the Store checks the file's schema (and says what to do if it is old).
-        Store(state_dir, create=False).close()
-        self.path = state_dir / FILENAME
+    def __init__(self, state: Path | StateLocation) -> None:
+        # Opening the Store checks the state's schema (and says what to do if it is old).
+        Store(state, create=False).close()
         try:
-            self._db = sqlite3.connect(
-                self.path, isolation_level=None, timeout=60, check_same_thread=False
-            )
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"alerting state {self.path}: {exc}") from None
+            self._db = Database(state, filename=FILENAME, schema=PG_SCHEMA, create=False)
+        except DatabaseError as exc:
+            raise StoreError(str(exc)) from None
+        self.path = self._db.path
 
     def close(self) -> None:
         self._db.close()
 
     def add(self, silence: Silence) -> None:
-        with self._db:
+        with self._db.write():
             insert_silence(self._db, silence)
         log_added(silence)
 
@@ -48,7 +47,7 @@ class SilenceBook:
 
     def expire_resolved(self, now_ms: int) -> int:
         """Ends the silences made "until resolved" whose incident has resolved; how many."""
-        with self._db:
+        with self._db.write():
             ended = self._db.execute(
                 "UPDATE silences SET expired_ms = ?, expired_by = 'resolved' WHERE "
                 "incident_id IS NOT NULL AND ends_ms > ? AND expired_ms IS NULL AND incident_id "
@@ -61,7 +60,7 @@ class SilenceBook:
 
     def expire(self, silence_id: str, *, by: str, now_ms: int) -> Silence:
         """Ends a silence now; SilenceError if there is none of that id or it has ended."""
-        with self._db:
+        with self._db.write():
             found = self.get(silence_id)
             if found is None:
                 raise SilenceError(f"silence_id: no silence {silence_id!r}")
@@ -88,7 +87,7 @@ class SilenceBook:
         return [_silence(r) for r in rows.fetchall()]
 
 
-def insert_silence(db: sqlite3.Connection, silence: Silence) -> None:
+def insert_silence(db: Database, silence: Silence) -> None:
     """The INSERT of a silence, inside the caller's transaction."""
     marks = ", ".join("?" * len(_FIELDS))
     db.execute(

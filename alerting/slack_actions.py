@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import re
-import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -35,10 +34,11 @@ from urllib.parse import parse_qs
 import orjson
 from slack_sdk.signature import Clock, SignatureVerifier
 
+from anchorwatch.alerting.database import Database, StateLocation
 from anchorwatch.alerting.integrations.slack.render import ACK, SILENCE_1H, SILENCE_RESOLVED
 from anchorwatch.alerting.silence_book import insert_silence, log_added
 from anchorwatch.alerting.silences import MAX_SILENCE_S, SilenceError, new_silence
-from anchorwatch.alerting.store import FILENAME, Store
+from anchorwatch.alerting.store import FILENAME, PG_SCHEMA, Store
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +132,11 @@ class SlackInteractions:
 
     def __init__(
         self,
-        state_dir: Path,
+        state: Path | StateLocation,
         signing_secret: str | None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._state_dir = state_dir
+        self._state = state
         self._clock = clock
         self._verifier = (
             SignatureVerifier(signing_secret, clock=_Clock(clock)) if signing_secret else None
@@ -178,17 +178,12 @@ class SlackInteractions:
 
     def _record(self, click: Click, signed: str) -> str:
         """What the click asks for, with its signature remembered, in one transaction."""
-        Store(self._state_dir, create=False).close()  # the schema is current
+        Store(self._state, create=False).close()  # the schema is current
         now_ms = int(self._clock() * 1000)
-        db = sqlite3.connect(self._state_dir / FILENAME, isolation_level=None, timeout=10)
+        db = Database(self._state, filename=FILENAME, schema=PG_SCHEMA, create=False, timeout_s=10)
         try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with db.write():
                 text, made = self._apply(db, click, signed, now_ms)
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
         finally:
             db.close()
         if made is not None:
@@ -203,9 +198,7 @@ class SlackInteractions:
         )
         return text
 
-    def _apply(
-        self, db: sqlite3.Connection, click: Click, signed: str, now_ms: int
-    ) -> tuple[str, Any]:
+    def _apply(self, db: Database, click: Click, signed: str, now_ms: int) -> tuple[str, Any]:
         db.execute("DELETE FROM slack_signatures WHERE seen_ms < ?", (now_ms - REPLAY_MS,))
         if db.execute("SELECT 1 FROM slack_signatures WHERE signature = ?", (signed,)).fetchone():
             raise Refused(409, "replayed: this signed request was received before")
@@ -260,10 +253,8 @@ class AckQueue:
     """The engine's view of ``slack_actions``: the acknowledgements not yet applied (its own
     connection, as ``SilenceBook``; they are marked applied in the engine's transaction)."""
 
-    def __init__(self, state_dir: Path) -> None:
-        self._db = sqlite3.connect(
-            state_dir / FILENAME, isolation_level=None, timeout=60, check_same_thread=False
-        )
+    def __init__(self, state: Path | StateLocation) -> None:
+        self._db = Database(state, filename=FILENAME, schema=PG_SCHEMA, create=False)
 
     def pending(self) -> list[PendingAck]:
         rows = self._db.execute(

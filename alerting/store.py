@@ -1,4 +1,5 @@
-"""The alerting service's durable state: one SQLite file (stdlib sqlite3, WAL mode).
+"""The alerting service's durable state: one SQLite file (stdlib sqlite3, WAL mode) in the
+state directory, or schema ``alerting`` of a PostgreSQL database (``database.py``).
 
 What a consumed batch of verdicts changes is written in ONE transaction (``commit_batch``):
 the detector's state of the doc types it touched, the next offset of every verdicts
@@ -14,13 +15,14 @@ re-sent), then ``done`` (with an outcome: sent, reconciled, suppressed, supersed
 or ``failed`` (a permanent error). Senders take, per integration, only the lowest unfinished
 seq of each incident: updates never overtake the message they belong to.
 
-Each thread opens its own ``Store`` (sqlite3 connections are not shared between threads);
-WAL lets the ``incidents`` command read while the service writes.
+Each thread opens its own ``Store`` (a connection is not shared between threads); WAL lets
+the ``incidents`` command read while the service writes. With ``fence`` (``leadership.py``),
+every write transaction first checks that this instance still leads: one that has lost the
+lead (paused past its lease, say) writes nothing more, and so sends nothing more.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import fields
@@ -29,6 +31,13 @@ from typing import Any, Final, Literal
 
 import orjson
 
+from anchorwatch.alerting.database import (
+    DATABASE_ERRORS,
+    Database,
+    DatabaseError,
+    StateLocation,
+    as_location,
+)
 from anchorwatch.alerting.store_records import (
     FOLLOW_UPS,
     Action,
@@ -43,21 +52,32 @@ from anchorwatch.alerting.store_records import (
     Restored,
     Status,
 )
-from anchorwatch.alerting.store_schema import DUE, MIGRATIONS, SCHEMA, SCHEMA_VERSION
-from anchorwatch.errors import AnchorwatchError
+from anchorwatch.alerting.store_schema import (
+    DUE,
+    MIGRATIONS,
+    POSTGRESQL_EXTRA,
+    SCHEMA,
+    SCHEMA_VERSION,
+)
 
 FILENAME: Final = "alerting.sqlite3"
 
+#: PostgreSQL schema of the store's tables.
+PG_SCHEMA: Final = "alerting"
+
 #: What runs inside a transaction once it is written, before it commits.
 Hook = Callable[[], None]
+
+#: Checks, inside a write transaction, that this instance may still write (raises if not).
+Fence = Callable[[Database], None]
 
 
 def _nothing() -> None:
     return None
 
 
-class StoreError(AnchorwatchError):
-    """The state file cannot be used (missing, from a newer version, or corrupt)."""
+class StoreError(DatabaseError):
+    """The state cannot be used (missing, from a newer version, or corrupt)."""
 
 
 # The records live in store_records.py; importers name them from here.
@@ -90,39 +110,54 @@ def _dumps(value: Any) -> str:
 class Store:
     def __init__(
         self,
-        state_dir: Path,
+        state: Path | StateLocation,
         *,
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         create: bool = True,
+        fence: Fence | None = None,
     ) -> None:
-        self.path = state_dir / FILENAME
-        if create:
-            state_dir.mkdir(parents=True, exist_ok=True)
-        elif not self.path.exists():
-            raise StoreError(f"no alerting state at {self.path} (has the service run here?)")
+        self.location = as_location(state)
         try:
-            # Autocommit mode: transactions are explicit (BEGIN IMMEDIATE ... COMMIT). One
-            # thread at a time uses a Store, but it may be opened on another (handed over).
-            self._db = sqlite3.connect(
-                self.path, isolation_level=None, timeout=60, check_same_thread=False
+            self._db = Database(
+                self.location,
+                filename=FILENAME,
+                schema=PG_SCHEMA,
+                synchronous=synchronous,
+                create=create,
             )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={synchronous}")
+        except DatabaseError as exc:
+            raise StoreError(str(exc)) from None
+        self.path = self._db.path
+        self._fence = fence
+        try:
             if create:
-                # executescript commits on its own; every statement is IF NOT EXISTS.
-                self._db.executescript(SCHEMA)
-                with self._tx():
+                self._db.script(SCHEMA)
+                if self._db.dialect == "postgresql":
+                    with self._db.write():
+                        for statement in POSTGRESQL_EXTRA:
+                            self._db.execute(statement)
+                with self._db.write():
                     self._check_version(create)
             else:
                 self._check_version(create)
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"alerting state {self.path}: {exc}") from None
+        except DATABASE_ERRORS as exc:
+            raise StoreError(f"alerting state {self._db.describe()}: {exc}") from None
+
+    @property
+    def dialect(self) -> str:
+        return self._db.dialect
 
     def close(self) -> None:
         self._db.close()
 
     def _check_version(self, create: bool) -> None:
-        row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        where = self._db.describe()
+        try:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except DATABASE_ERRORS:
+            if create:
+                raise
+            row = None
         if row is None and create:
             self._db.execute(
                 "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
@@ -130,20 +165,24 @@ class Store:
         elif row is None or int(row[0]) > SCHEMA_VERSION:
             found = "no" if row is None else row[0]
             raise StoreError(
-                f"alerting state {self.path} has schema {found}, this version reads up to "
+                f"alerting state {where} has schema {found}, this version reads up to "
                 f"{SCHEMA_VERSION}: run the newer anchorwatch"
             )
         elif int(row[0]) < SCHEMA_VERSION:
             if not create:
                 raise StoreError(
-                    f"alerting state {self.path} has schema {row[0]}: start the service once "
+                    f"alerting state {where} has schema {row[0]}: start the service once "
                     f"to bring it to {SCHEMA_VERSION}"
                 )
             for version in range(int(row[0]), SCHEMA_VERSION):
                 for statement in MIGRATIONS[version]:
+                    if self._db.dialect == "postgresql":
+                        statement = statement.replace("ADD COLUMN", "ADD COLUMN IF NOT EXISTS")
+                        self._db.execute(statement)
+                        continue
                     try:
                         self._db.execute(statement)
-                    except sqlite3.OperationalError as exc:
+                    except DATABASE_ERRORS as exc:
                         # A table SCHEMA created just now has its newest columns already.
                         if "duplicate column" not in str(exc):
                             raise
@@ -152,32 +191,22 @@ class Store:
             )
 
     @contextmanager
-    def _tx(self, before_commit: Hook = _nothing) -> Iterator[sqlite3.Connection]:
-        """One transaction; ``before_commit`` runs once everything is written, before the
-        COMMIT (the crash trials kill the process there)."""
-        # IMMEDIATE takes the write lock at once: no deadlock-prone lock upgrades.
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
+    def _tx(self, before_commit: Hook = _nothing) -> Iterator[Database]:
+        """One exclusive write transaction, fenced; ``before_commit`` runs once everything
+        is written, before the COMMIT (the crash trials kill the process there)."""
+        with self._db.write() as db:
+            if self._fence is not None:
+                self._fence(db)
+            yield db
             before_commit()
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
 
     @contextmanager
     def reading(self) -> Iterator[None]:
-        """One consistent view for several reads: a deferred transaction, so a writer's
-        commit (say an incident's references with its delivery marked done) is seen whole
-        or not at all. Nested uses join the outer one."""
-        if self._db.in_transaction:
+        """One consistent view for several reads, so a writer's commit (say an incident's
+        references with its delivery marked done) is seen whole or not at all. Nested uses
+        join the outer one."""
+        with self._db.read():
             yield
-            return
-        self._db.execute("BEGIN DEFERRED")
-        try:
-            yield
-        finally:
-            self._db.execute("COMMIT")
 
     # ----------------------------------------------------------------- restart
 
@@ -260,7 +289,7 @@ class Store:
             )
             if keep_verdict_ids > 0 and batch.verdict_ids:
                 db.executemany(
-                    "INSERT OR IGNORE INTO recent_verdicts (verdict_id) VALUES (?)",
+                    "INSERT INTO recent_verdicts (verdict_id) VALUES (?) ON CONFLICT DO NOTHING",
                     [(v,) for v in batch.verdict_ids],
                 )
             # rowids grow with each insert: keep the newest ``keep_verdict_ids``; with 0 the
@@ -322,10 +351,7 @@ class Store:
         """Whether a later progress update of the same incident waits behind ``entry``
         with nothing else in between but follow-ups (so ``entry`` can be superseded by it)."""
         row = self._db.execute(
-            "SELECT kind FROM outbox WHERE integration = ? AND incident_id = ? AND seq > ? "
-            "AND status IN ('pending', 'attempting') "
-            "AND kind NOT IN (SELECT value FROM json_each(?)) ORDER BY seq LIMIT 1",
-            (entry.integration, entry.incident_id, entry.seq, _dumps(FOLLOW_UPS)),
+            _LATER_UPDATE, (entry.integration, entry.incident_id, entry.seq, *FOLLOW_UPS)
         ).fetchone()
         return row is not None and row[0] == "progress"
 
@@ -475,6 +501,11 @@ _UPSERT_INCIDENT = (
     f"INSERT INTO incidents ({', '.join(_INCIDENT_FIELDS)}) "  # noqa: S608  (our own names)
     f"VALUES ({', '.join('?' * len(_INCIDENT_FIELDS))}) ON CONFLICT (incident_id) DO UPDATE "
     f"SET {', '.join(f'{c} = excluded.{c}' for c in _CHANGING)}"
+)
+_LATER_UPDATE = (
+    "SELECT kind FROM outbox WHERE integration = ? AND incident_id = ? AND seq > ? "  # noqa: S608
+    f"AND status IN ('pending', 'attempting') AND kind NOT IN ({', '.join('?' * len(FOLLOW_UPS))}) "
+    "ORDER BY seq LIMIT 1"
 )
 _SELECT_INCIDENTS = f"SELECT {', '.join(_INCIDENT_FIELDS)} FROM incidents"  # noqa: S608
 _LIST_INCIDENTS = (

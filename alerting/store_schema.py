@@ -11,7 +11,8 @@ inhibited or waiting for its group, and the group it is posted through),
 applied by the engine) and ``slack_signatures`` (signed Slack requests seen in the last 10
 minutes, to refuse a replay; see ``slack_actions.py``).
 
-A file of an older schema is brought up to date at start, in one transaction, by the steps
+On PostgreSQL the same tables live in schema ``alerting`` (``database.py`` gives them its
+types). A file of an older schema is brought up to date at start, in one transaction, by the steps
 of ``MIGRATIONS`` (version -> the statements that make it the next one).
 """
 
@@ -121,6 +122,13 @@ CREATE TABLE IF NOT EXISTS slack_signatures (
     seen_ms INTEGER NOT NULL
 );
 """
+
+#: PostgreSQL only: SQLite's implicit ``rowid`` of ``recent_verdicts`` (the order ids were
+#: inserted in, by which ``Store.commit_batch`` keeps the newest) as a column of that name.
+POSTGRESQL_EXTRA: Final = (
+    "ALTER TABLE recent_verdicts ADD COLUMN IF NOT EXISTS rowid BIGINT "
+    "GENERATED ALWAYS AS IDENTITY",
+)
 
 #: Version -> the statements that bring a file of that version to the next.
 MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {

@@ -327,7 +327,7 @@ def week(types: int, days: float) -> None:
 
     from anchorwatch.alerting.engine import Engine, RawMessage
     from anchorwatch.alerting.notify import ManualClock
-    from anchorwatch.alerting.refit_rows import SqliteRows
+    from anchorwatch.alerting.refit_rows import StoredRows
     from anchorwatch.alerting.service_metrics import ServiceMetrics
     from anchorwatch.alerting.settings import AlertingSettings
     from anchorwatch.policy.refit import RefitHistory, RefitSchedule
@@ -348,7 +348,7 @@ def week(types: int, days: float) -> None:
             refit=RefitHistory(
                 RefitSchedule(a.refit_interval_s * 1000, a.refit_history_s * 1000,
                               a.refit_min_windows),
-                SqliteRows(state),
+                StoredRows(state),
             ),
         )  # fmt: skip
         process = psutil.Process()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from anchorwatch.alerting.refit_rows import SqliteRows
+from anchorwatch.alerting.refit_rows import StoredRows
 from anchorwatch.contracts import WindowAggregate
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.fitting import fit_baseline
@@ -30,7 +30,7 @@ MINUTE = 60_000
 BATCH = 500
 
 
-def run(kind: str, rows: WindowRows, args: argparse.Namespace, disk: SqliteRows | None) -> None:
+def run(kind: str, rows: WindowRows, args: argparse.Namespace, disk: StoredRows | None) -> None:
     n = int(args.days * 1440)
     history = RefitHistory(RefitSchedule(3_600_000, int(args.days * 86_400_000), 60), rows)
     # One window of every type per minute, as live traffic brings them.
@@ -109,7 +109,7 @@ def main() -> None:
         run("memory", MemoryRows(), args, None)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            rows = SqliteRows(Path(tmp))
+            rows = StoredRows(Path(tmp))
             run("disk", rows, args, rows)
             rows.close()
 

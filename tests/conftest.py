@@ -1,9 +1,12 @@
 """Shared fixtures. Integration tests run against a real Kafka broker (and, where marked,
 a real Flink session cluster) started once per session by the project's own stack code, on
-free ports in a private state directory, and stopped at the end."""
+free ports in a private state directory, and stopped at the end; tests of the PostgreSQL
+state get a private PostgreSQL server the same way (tests/support/postgres.py), and a
+fresh database each."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +18,7 @@ from anchorwatch.demo.slice import create_topics, delete_topics, new_run_id, run
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.settings import KafkaSettings
 from anchorwatch.stack.stack import Stack
+from tests.support.postgres import PostgresDatabase, PostgresServer
 from tests.support.stack import stack_on_free_ports
 
 # Shared fixtures and helpers live in tests/support/; these modules hold fixtures for the
@@ -83,3 +87,32 @@ def job_settings(kafka: KafkaSettings) -> Iterator[JobSettings]:
     create_topics(settings)
     yield settings
     delete_topics(settings)
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """A private PostgreSQL server for the whole test session (each pytest process its
+    own), started on first use on a free port of 127.0.0.1, stopped and removed at the end."""
+    server = PostgresServer(tmp_path_factory.mktemp("postgres"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+#: Numbers the per-test databases of this process.
+_postgres_databases = itertools.count()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> Iterator[PostgresDatabase]:
+    """A fresh database of this test's own on the session's PostgreSQL server, owned by
+    the role ``anchorwatch``: ``psycopg.connect(db.url, password=db.password)`` (the URL
+    carries no password). Dropped after the test, with any session still on it."""
+    name = f"test_{os.getpid()}_{next(_postgres_databases)}"
+    database = postgres_server.database(name)
+    try:
+        yield database
+    finally:
+        postgres_server.drop_database(name)

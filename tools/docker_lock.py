@@ -44,21 +44,25 @@ HEADER = (
 )
 
 
-def _applies(req: Requirement) -> bool:
-    """Does the requirement hold (without extras) on any Python the images run?"""
+def _applies(req: Requirement, extras: Iterable[str] = ()) -> bool:
+    """Does the requirement hold (with none or one of ``extras``) on any Python the images
+    run?"""
     if req.marker is None:
         return True
     for version in IMAGE_PYTHONS:
-        env = {str(k): str(v) for k, v in default_environment().items()}
-        env.update(python_version=version, extra="")
-        if req.marker.evaluate(env):
-            return True
+        for extra in ("", *extras):
+            env = {str(k): str(v) for k, v in default_environment().items()}
+            env.update(python_version=version, extra=extra)
+            if req.marker.evaluate(env):
+                return True
     return False
 
 
-def requirements_of(dist: str) -> list[Requirement]:
+def requirements_of(dist: str, extras: Iterable[str] = ()) -> list[Requirement]:
+    """What ``dist`` requires, with the extras asked for (``psycopg[binary]``: its libpq)."""
     found = metadata.requires(dist) or []
-    return [r for r in (Requirement(s) for s in found) if _applies(r)]
+    wanted = tuple(extras)
+    return [r for r in (Requirement(s) for s in found) if _applies(r, wanted)]
 
 
 def imported_modules(paths: Iterable[Path]) -> set[str]:
@@ -98,28 +102,35 @@ def third_party_distributions(modules: Iterable[str]) -> set[str]:
     return out
 
 
-def closure(roots: Iterable[str], exclude: frozenset[str] = frozenset()) -> dict[str, str]:
-    """{canonical name: installed version} of the roots and everything they require."""
+def closure(
+    roots: Iterable[str | Requirement], exclude: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """{canonical name: installed version} of the roots (names, or requirements with their
+    extras) and everything they require."""
     pinned: dict[str, str] = {}
-    todo = [canonicalize_name(r) for r in roots]
+    todo = [r if isinstance(r, Requirement) else Requirement(r) for r in roots]
+    seen: set[tuple[str, frozenset[str]]] = set()
     while todo:
-        name = todo.pop()
-        if name in pinned or name in exclude:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        key = (name, frozenset(req.extras))
+        if key in seen or name in exclude:
             continue
+        seen.add(key)
         try:
             pinned[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             raise SystemExit(f"{name} is required but not installed here") from None
-        todo.extend(canonicalize_name(r.name) for r in requirements_of(name))
+        todo.extend(requirements_of(name, req.extras))
     return pinned
 
 
 def locks() -> dict[str, dict[str, str]]:
-    declared = [r.name for r in requirements_of(PACKAGE)]
+    declared = requirements_of(PACKAGE)
     modules = imported_modules(shipped_sources())
     full = closure([*declared, *third_party_distributions(modules)])
-    services_roots = [
-        *(d for d in declared if canonicalize_name(d) not in SERVICES_EXCLUDE),
+    services_roots: list[str | Requirement] = [
+        *(d for d in declared if canonicalize_name(d.name) not in SERVICES_EXCLUDE),
         *third_party_distributions(modules - SERVICES_EXCLUDE_MODULES),
     ]
     services = closure(services_roots, exclude=SERVICES_EXCLUDE)

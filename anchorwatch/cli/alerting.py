@@ -64,7 +64,8 @@ def serve(ctx: click.Context, dry_run: bool) -> None:
     "--state-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="The service's state directory. [default: alerting.state_dir]",
+    help="The service's state directory (SQLite). [default: alerting.state_url if set, else "
+    "alerting.state_dir]",
 )
 @click.pass_context
 def incidents(
@@ -79,7 +80,7 @@ def incidents(
     data-quality diagnosis, grouped: posted through a group incident, inhibited: held while
     a data-quality incident of its type is open, resolved), severity, times, the Jira ticket,
     notifications not yet delivered ('!': some failed for good) and, with --json, the Slack
-    thread, what silenced it and every delivery's state. Reads the state file; the service may be
+    thread, what silenced it and every delivery's state. Reads the state; the service may be
     running."""
     import orjson
 
@@ -91,10 +92,10 @@ def incidents(
     from anchorwatch.alerting.silences import Muting
 
     settings = load_settings(ctx, AlertingSettings).alerting
-    directory = state_dir or settings.state_dir
-    listing = list_incidents(directory, open_only=not show_all, limit=limit)
+    where = state_dir or settings.state_location()
+    listing = list_incidents(where, open_only=not show_all, limit=limit)
     now_ms = int(time.time() * 1000)
-    book = SilenceBook(directory)
+    book = SilenceBook(where)
     try:
         muting = Muting.at(book.active(now_ms), settings.maintenance_windows, now_ms)
     finally:

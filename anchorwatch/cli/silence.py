@@ -7,23 +7,29 @@ from __future__ import annotations
 import getpass
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from anchorwatch.cli.common import load_settings
 
+if TYPE_CHECKING:
+    from anchorwatch.alerting.database import StateLocation
+
 _STATE_DIR = click.option(
     "--state-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="The service's state directory. [default: alerting.state_dir]",
+    help="The service's state directory (SQLite). [default: alerting.state_url if set, else "
+    "alerting.state_dir]",
 )
 
 
-def _state_dir(ctx: click.Context, given: Path | None) -> Path:
+def _state_dir(ctx: click.Context, given: Path | None) -> Path | StateLocation:
+    """The state the command reads: the directory given, else the settings' state."""
     from anchorwatch.alerting.settings import AlertingSettings
 
-    return given or load_settings(ctx, AlertingSettings).alerting.state_dir
+    return given or load_settings(ctx, AlertingSettings).alerting.state_location()
 
 
 def _iso(ms: int) -> str:

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
+from anchorwatch.alerting.database import StateLocation
 from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.fakes.pagerduty import LocalPagerDuty
 from anchorwatch.alerting.fakes.slack import LocalSlack
@@ -73,6 +75,16 @@ def receiver() -> Iterator[LocalWebhook]:
     """A local webhook receiver, recording the bodies POSTed to it."""
     with LocalWebhook() as server:
         yield server
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def alerting_state(request: pytest.FixtureRequest, tmp_path: Path) -> Path | StateLocation:
+    """Where a test's alerting state lives, once per backend: the test's own directory
+    (SQLite), and a fresh database of the session's private PostgreSQL server."""
+    if request.param == "sqlite":
+        return tmp_path
+    database = request.getfixturevalue("postgres_url")
+    return StateLocation(tmp_path, database.url, SecretStr(database.password))
 
 
 @pytest.fixture

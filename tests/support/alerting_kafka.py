@@ -15,6 +15,7 @@ from typing import Any
 import requests
 from confluent_kafka import Producer
 
+from anchorwatch.alerting.database import StateLocation
 from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.fakes.slack import LocalSlack
 from anchorwatch.alerting.settings import AlertingSettings
@@ -110,10 +111,10 @@ def ready(config: dict[str, dict[str, Any]]) -> bool:
         return False
 
 
-def delivered_everything(state_dir: Path, produced: int) -> bool:
+def delivered_everything(state: Path | StateLocation, produced: int) -> bool:
     """The state says: every produced verdict consumed, every notification finished."""
     try:
-        store = Store(state_dir, create=False)
+        store = Store(state, create=False)
     except StoreError:
         return False
     try:

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from anchorwatch.alerting.database import StateLocation
 from anchorwatch.alerting.engine import Engine, RawMessage
 from anchorwatch.alerting.notify import ManualClock
 from anchorwatch.alerting.refit import RefitMetrics, Refitter, rebuild_refit_history
-from anchorwatch.alerting.refit_rows import SqliteRows
+from anchorwatch.alerting.refit_rows import StoredRows
 from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.store import Store
@@ -206,11 +207,11 @@ def test_an_adapted_resolution_reaches_the_notification_view(tmp_path: Path) -> 
 # ----------------------------------------------------------------- the history on disk
 
 
-def test_on_disk_rows_answer_as_the_ones_in_memory(tmp_path: Path) -> None:
+def test_on_disk_rows_answer_as_the_ones_in_memory(alerting_state: Path | StateLocation) -> None:
     """Puts (new and replacing), drops, reads with both bounds, flushes and reopenings, in a
-    random order: the file answers every read as the dict does."""
+    random order: the file (or database) answers every read as the dict does."""
     rng = random.Random(7)
-    memory, disk = MemoryRows(), SqliteRows(tmp_path)
+    memory, disk = MemoryRows(), StoredRows(alerting_state)
     for _ in range(1500):
         doc_type = rng.choice(["a", "b", "c/ü"])
         op = rng.random()
@@ -227,7 +228,7 @@ def test_on_disk_rows_answer_as_the_ones_in_memory(tmp_path: Path) -> None:
             disk.flush()
         elif op < 0.78:
             disk.close()
-            disk = SqliteRows(tmp_path)
+            disk = StoredRows(alerting_state)
         since = T0 + rng.randrange(-5, 300) * 60_000
         after = rng.choice([None, T0 + rng.randrange(300) * 60_000])
         assert disk.rows(doc_type, since, after) == memory.rows(doc_type, since, after)
@@ -246,7 +247,7 @@ def test_a_restart_refits_from_the_windows_kept_on_disk(tmp_path: Path) -> None:
     verdicts topic be read back at each start: the history is in the state directory. A
     new engine on it refits what the first one would have, incident windows left out."""
     state = tmp_path / "state"
-    first = Setup(tmp_path, SqliteRows(state))
+    first = Setup(tmp_path, StoredRows(state))
     quiet = [verdict("quiet", i, m) for i, m in enumerate(CLEAN)]
     drifting = [verdict("drifting", i, m) for i, m in enumerate(CLEAN[:10])]
     drifting += [verdict("drifting", 10 + i, 0.88) for i in range(4)]
@@ -255,7 +256,7 @@ def test_a_restart_refits_from_the_windows_kept_on_disk(tmp_path: Path) -> None:
     assert len(held["drifting"]) == 10
     first.engine.close()
 
-    again = Setup(tmp_path, SqliteRows(state))
+    again = Setup(tmp_path, StoredRows(state))
     assert again.engine.refit is not None
     # Windows on disk: nothing to read back from the topic (this setup has no Kafka).
     read = rebuild_refit_history(
@@ -274,9 +275,9 @@ def test_the_windows_of_a_committed_batch_are_on_disk_before_its_offsets(
     """The engine commits the history's rows before the batch: a kill -9 right after the
     batch's commit (nothing closed) leaves every window of it in the file."""
     state = tmp_path / "state"
-    s = Setup(tmp_path, SqliteRows(state))
+    s = Setup(tmp_path, StoredRows(state))
     s.feed([verdict("quiet", i, m) for i, m in enumerate(CLEAN)])
-    other = SqliteRows(state)  # another process's view of the file
+    other = StoredRows(state)  # another process's view of the file
     assert [r[0] for r in other.rows("quiet", 0)] == [T0 + i * 60_000 for i in range(12)]
     other.close()
     s.engine.close()

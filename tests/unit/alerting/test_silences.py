@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from anchorwatch.alerting.database import StateLocation
 from anchorwatch.alerting.silence_book import SilenceBook
 from anchorwatch.alerting.silences import (
     Hold,
@@ -163,9 +164,9 @@ def test_what_muting_does_to_each_change(
 # --------------------------------------------------------------------------- the book
 
 
-def test_silences_are_kept_listed_and_expired(tmp_path: Path) -> None:
-    Store(tmp_path).close()
-    book = SilenceBook(tmp_path)
+def test_silences_are_kept_listed_and_expired(alerting_state: Path | StateLocation) -> None:
+    Store(alerting_state).close()
+    book = SilenceBook(alerting_state)
     one, other = _silence(), _silence(doc_type="receipt", duration_s=60)
     book.add(one)
     book.add(other)
@@ -175,7 +176,7 @@ def test_silences_are_kept_listed_and_expired(tmp_path: Path) -> None:
     assert (ended.expired_ms, ended.expired_by) == (NOW + 1000, "bo")
     assert book.active(NOW + 2000) == [other]
     book.close()
-    reopened = SilenceBook(tmp_path)  # survives a restart
+    reopened = SilenceBook(alerting_state)  # survives a restart
     assert reopened.get(one.silence_id) == ended
     assert {s.silence_id for s in reopened.all()} == {one.silence_id, other.silence_id}
     with pytest.raises(SilenceError, match="has already ended"):

@@ -1,15 +1,16 @@
-"""The alerting state file: one transaction per batch, the outbox's per-incident order,
-references written by senders surviving the consumer's upserts, restart, pruning."""
+"""The alerting state: one transaction per batch, the outbox's per-incident order,
+references written by senders surviving the consumer's upserts, restart, pruning; on SQLite
+and on PostgreSQL alike (``alerting_state``)."""
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from anchorwatch.alerting.database import INTEGRITY_ERRORS, StateLocation
 from anchorwatch.alerting.store import (
     BatchWrite,
     DocTypeRow,
@@ -18,17 +19,19 @@ from anchorwatch.alerting.store import (
 )
 from tests.support.alerting_store import entry, row
 
+State = Path | StateLocation
+
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store(tmp_path)
+def store(alerting_state: State) -> Store:
+    return Store(alerting_state)
 
 
 def batch(now_ms: int = 1_000, **fields: Any) -> BatchWrite:
     return BatchWrite(now_ms=now_ms, **fields)
 
 
-def test_a_batch_is_restored_as_committed(store: Store, tmp_path: Path) -> None:
+def test_a_batch_is_restored_as_committed(store: Store, alerting_state: State) -> None:
     store.commit_batch(
         batch(
             offsets={("verdicts", 0): 11, ("verdicts", 3): 4},
@@ -42,7 +45,7 @@ def test_a_batch_is_restored_as_committed(store: Store, tmp_path: Path) -> None:
         ),
         keep_verdict_ids=100,
     )
-    again = Store(tmp_path)
+    again = Store(alerting_state)
     restored = again.restore()
     assert restored.offsets == {("verdicts", 0): 11, ("verdicts", 3): 4}
     assert restored.policy_version == "p1"
@@ -52,12 +55,13 @@ def test_a_batch_is_restored_as_committed(store: Store, tmp_path: Path) -> None:
     assert restored.meta["watermarks"] == '{"3": 180000}'
     assert restored.doc_types["invoice"].partition == 3
     assert again.seen_verdicts(["v-a", "v-x"]) == {"v-a"}
-    assert again.path.with_name(again.path.name + "-wal").exists()  # WAL mode
+    if again.dialect == "sqlite":
+        assert again.path.with_name(again.path.name + "-wal").exists()  # WAL mode
 
 
 def test_a_failing_batch_writes_nothing(store: Store) -> None:
     store.commit_batch(batch(outbox=[entry("i1", 1)], incidents=[row()]), keep_verdict_ids=10)
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(INTEGRITY_ERRORS):
         # The same (incident, integration, seq) twice: the whole batch is rolled back.
         store.commit_batch(
             batch(offsets={("verdicts", 0): 99}, outbox=[entry("i1", 2), entry("i1", 1)]),
@@ -193,26 +197,26 @@ def test_listing_shows_references_and_delivery_states(store: Store) -> None:
     assert len(store.list_incidents(open_only=False, limit=10)) == 2
 
 
-def test_a_missing_or_newer_state_file_is_a_clear_error(tmp_path: Path) -> None:
+def test_a_missing_or_newer_state_is_a_clear_error(alerting_state: State) -> None:
     with pytest.raises(StoreError, match="no alerting state"):
-        Store(tmp_path / "nowhere", create=False)
-    store = Store(tmp_path)
+        Store(alerting_state, create=False)
+    store = Store(alerting_state)
     store.meta_set("schema_version", "99")
     store.close()
     with pytest.raises(StoreError, match="schema 99"):
-        Store(tmp_path)
+        Store(alerting_state)
 
 
-def test_readers_see_committed_state_while_a_writer_holds_it(tmp_path: Path) -> None:
-    writer, reader = Store(tmp_path), Store(tmp_path, create=False)
+def test_readers_see_committed_state_while_a_writer_holds_it(alerting_state: State) -> None:
+    writer, reader = Store(alerting_state), Store(alerting_state, create=False)
     writer.commit_batch(batch(incidents=[row()]), keep_verdict_ids=0)
     assert [i.row.incident_id for i in reader.list_incidents(open_only=True, limit=5)] == ["i1"]
 
 
-def test_reads_in_one_view_do_not_see_a_commit_made_between_them(tmp_path: Path) -> None:
+def test_reads_in_one_view_do_not_see_a_commit_made_between_them(alerting_state: State) -> None:
     """A delivery marked done and the references it produced commit together; a reader
     that lists the incidents and then reads the outbox must see both or neither."""
-    writer, reader = Store(tmp_path), Store(tmp_path, create=False)
+    writer, reader = Store(alerting_state), Store(alerting_state, create=False)
     writer.commit_batch(batch(incidents=[row()], outbox=[entry("i1", 1)]), keep_verdict_ids=0)
     e = writer.due("slack", 10**9, 1)[0]
     with reader.reading():

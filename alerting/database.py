@@ -1,0 +1,270 @@
+"""Where the alerting service keeps its state, and one connection to it.
+
+Two places, one SQL: a SQLite file in the state directory (the embedded default, one
+service) or a PostgreSQL database (``alerting.state_url``: the state outlives the host, so
+another instance can take over; see ``leadership.py``). The modules that hold state write
+their SQL once, in the dialect both accept (``INSERT ... ON CONFLICT``, ``RETURNING``, ``?``
+placeholders); ``Database`` turns it into PostgreSQL's where they differ (placeholders,
+column types of the schemas). Each module keeps its tables in its own PostgreSQL schema, as
+it keeps them in its own file on SQLite.
+
+A write transaction is exclusive on both: SQLite's ``BEGIN IMMEDIATE`` takes the file's one
+write lock, and on PostgreSQL the transaction takes one advisory lock first, so the code
+that was written against SQLite's single writer keeps its meaning (read, decide, write
+without another writer in between). A read transaction sees one consistent snapshot.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from pydantic import SecretStr
+
+from anchorwatch.errors import AnchorwatchError
+
+Dialect = Literal["sqlite", "postgresql"]
+
+#: The advisory lock every PostgreSQL write transaction takes (``Database.write``): this
+#: constant ("aw" in ASCII) and one number per schema, so the modules do not wait on each
+#: other, as on SQLite, where each has a file of its own.
+_WRITE_LOCK = 0x6177
+
+#: The errors a connection raises on a bad file, a refused login or broken SQL.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, psycopg.Error)
+#: A row that breaks a constraint (a duplicate key).
+INTEGRITY_ERRORS: tuple[type[Exception], ...] = (sqlite3.IntegrityError, psycopg.IntegrityError)
+
+
+class DatabaseError(AnchorwatchError):
+    """The state cannot be opened or used (names where it is, never a password)."""
+
+
+@dataclass(frozen=True)
+class StateLocation:
+    """The state directory (SQLite files, the single-instance lock) and, when set, the
+    PostgreSQL database that holds the state instead."""
+
+    directory: Path
+    url: str | None = None
+    password: SecretStr | None = None
+
+    @property
+    def shared(self) -> bool:
+        """True when the state lives in PostgreSQL (instances on other hosts can reach it)."""
+        return self.url is not None
+
+    def describe(self) -> str:
+        """For messages and logs: the URL without any password, or the directory."""
+        return redact(self.url) if self.url else str(self.directory)
+
+
+def as_location(state: Path | StateLocation) -> StateLocation:
+    return state if isinstance(state, StateLocation) else StateLocation(Path(state))
+
+
+def redact(url: str) -> str:
+    """``url`` without a password, if it carries one."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" if parts.username else f"***@{host}"
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class Database:
+    """One connection to the state: ``filename`` in the state directory on SQLite, the
+    tables of PostgreSQL schema ``schema`` otherwise. Used by one thread at a time."""
+
+    def __init__(
+        self,
+        state: Path | StateLocation,
+        *,
+        filename: str,
+        schema: str,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        create: bool = True,
+        timeout_s: float = 60,
+    ) -> None:
+        self.location = as_location(state)
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
+            raise ValueError(f"not a schema name: {schema!r}")
+        self.schema = schema
+        self.dialect: Dialect = "postgresql" if self.location.url else "sqlite"
+        self.path = self.location.directory / filename
+        self.created = False
+        try:
+            if self.location.url is None:
+                if create:
+                    self.location.directory.mkdir(parents=True, exist_ok=True)
+                elif not self.path.exists():
+                    raise DatabaseError(
+                        f"no alerting state at {self.path} (has the service run here?)"
+                    )
+                self._sqlite = sqlite3.connect(
+                    self.path, isolation_level=None, timeout=timeout_s, check_same_thread=False
+                )
+                self._sqlite.execute("PRAGMA journal_mode=WAL")
+                self._sqlite.execute(f"PRAGMA synchronous={synchronous}")
+            else:
+                password = self.location.password
+                self._pg = psycopg.connect(
+                    self.location.url,
+                    password=password.get_secret_value() if password else None,
+                    autocommit=True,
+                    connect_timeout=max(1, int(timeout_s)),
+                    application_name="anchorwatch-alerting",
+                )
+                exists = self._pg.execute(
+                    "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)
+                ).fetchone()
+                if exists is None and not create:
+                    raise DatabaseError(
+                        f"no alerting state in {self.describe()} (has the service run there?)"
+                    )
+                if exists is None:
+                    self._pg.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                self._pg.execute(f"SET search_path TO {schema}")
+                # A write waits for another's lock at most this long, as SQLite's timeout.
+                self._pg.execute(f"SET lock_timeout = '{int(timeout_s * 1000)}ms'")
+        except DATABASE_ERRORS as exc:
+            raise DatabaseError(f"alerting state {self.describe()}: {_message(exc)}") from None
+
+    def describe(self) -> str:
+        return self.location.describe() if self.dialect == "postgresql" else str(self.path)
+
+    def close(self) -> None:
+        if self.dialect == "sqlite":
+            self._sqlite.close()
+        else:
+            self._pg.close()
+
+    # ------------------------------------------------------------------ statements
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Runs ``sql`` (``?`` placeholders); the cursor, to fetch from."""
+        if self.dialect == "sqlite":
+            return self._sqlite.execute(sql, params)
+        return self._pg.execute(_pg_sql(sql), params or None)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        if self.dialect == "sqlite":
+            self._sqlite.executemany(sql, rows)
+            return
+        rows = list(rows)
+        if rows:
+            with self._pg.cursor() as cursor:
+                cursor.executemany(_pg_sql(sql), rows)
+
+    def script(self, ddl: str) -> None:
+        """Creates tables and indexes (``CREATE ... IF NOT EXISTS``), in SQLite's words;
+        on PostgreSQL with its types (64-bit integers, identity columns, doubles)."""
+        if self.dialect == "sqlite":
+            self._sqlite.executescript(ddl)
+        else:
+            with self.write():
+                self._pg.execute(_pg_ddl(ddl))
+
+    # ------------------------------------------------------------------ transactions
+
+    @property
+    def in_transaction(self) -> bool:
+        if self.dialect == "sqlite":
+            return self._sqlite.in_transaction
+        return self._pg.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
+    @contextmanager
+    def write(self) -> Iterator[Database]:
+        """One exclusive write transaction: committed at the end, rolled back on an error."""
+        if self.dialect == "sqlite":
+            self._sqlite.execute("BEGIN IMMEDIATE")
+        else:
+            self._pg.execute("BEGIN")
+            try:
+                self._lock()
+            except BaseException:
+                self._pg.execute("ROLLBACK")
+                raise
+        try:
+            yield self
+        except BaseException:
+            self.execute("ROLLBACK")
+            raise
+        self.execute("COMMIT")
+
+    def begin(self) -> None:
+        """Opens a write transaction left open until ``commit`` (writes gathered over
+        several calls, as the refit history does)."""
+        if self.dialect == "sqlite":
+            self._sqlite.execute("BEGIN")
+        else:
+            self._pg.execute("BEGIN")
+            self._lock()
+
+    def _lock(self) -> None:
+        key = zlib.crc32(self.schema.encode()) & 0x7FFFFFFF
+        self._pg.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_WRITE_LOCK, key))
+
+    def commit(self) -> None:
+        if self.in_transaction:
+            self.execute("COMMIT")
+
+    @contextmanager
+    def read(self) -> Iterator[Database]:
+        """One consistent view for several reads; nested uses join the outer one."""
+        if self.in_transaction:
+            yield self
+            return
+        if self.dialect == "sqlite":
+            self._sqlite.execute("BEGIN DEFERRED")
+        else:
+            self._pg.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            yield self
+        finally:
+            self.execute("COMMIT")
+
+
+def _message(exc: Exception) -> str:
+    """An error's text, first line only: psycopg's may go on with a DETAIL or HINT."""
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+@lru_cache(maxsize=512)
+def _pg_sql(sql: str) -> str:
+    """``?`` placeholders as psycopg's ``%s`` (a literal ``%`` doubled). Our SQL has no
+    ``?`` inside string literals; a statement that did would be refused by the count of
+    parameters, not run wrongly."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+_DDL_WORDS = [
+    (re.compile(r"\bINTEGER PRIMARY KEY( AUTOINCREMENT)?\b"),
+     "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY"),
+    (re.compile(r"\bINTEGER\b"), "BIGINT"),
+    (re.compile(r"\bREAL\b"), "DOUBLE PRECISION"),
+    (re.compile(r"\)\s*WITHOUT ROWID\s*;"), ");"),
+]  # fmt: skip
+
+
+@lru_cache(maxsize=32)
+def _pg_ddl(ddl: str) -> str:
+    """SQLite's table definitions in PostgreSQL's types: its INTEGER is 64 bits (epoch
+    milliseconds do not fit PostgreSQL's), its rowid key (INTEGER PRIMARY KEY) an identity
+    column."""
+    for pattern, replacement in _DDL_WORDS:
+        ddl = pattern.sub(replacement, ddl)
+    return ddl

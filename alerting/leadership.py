@@ -1,0 +1,194 @@
+"""Which alerting instance leads, when the state lives in PostgreSQL.
+
+Instances on several hosts share one state (``alerting.state_url``); one of them leads (it
+consumes verdicts and sends notifications), the others wait as standbys. The lead is a
+lease: a row of table ``leader`` with the holder, an epoch and an expiry on the database's
+clock (no host's clock is trusted). The leader renews it every third of ``lease_s``; a
+standby takes it once it has expired, and the epoch goes up by one.
+
+Fencing: every write transaction of the leader (``Store`` with ``fence``) first reads the
+row FOR SHARE and goes on only if the epoch is still its own. A leader that was paused past
+its lease (SIGSTOP, a long GC, a network partition) and wakes up finds a newer epoch at its
+next write and stops: it commits nothing more, so it marks no notification as being sent
+and sends none. The row lock holds a takeover back until a write that passed the check has
+committed, so no write of an old leader lands after the new one took over.
+
+A notification whose send had started when the lead changed hands is ``attempting`` in the
+outbox: the new leader reconciles it with Slack and Jira as after a crash (``outbox.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Final
+
+from anchorwatch.alerting.database import DATABASE_ERRORS, Database, StateLocation
+from anchorwatch.alerting.store import FILENAME, PG_SCHEMA
+from anchorwatch.errors import AnchorwatchError
+
+log = logging.getLogger(__name__)
+
+LEASE: Final = "alerting"
+
+_NOW_MS: Final = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT"
+
+SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS leader (
+    name TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    epoch BIGINT NOT NULL,
+    expires_ms BIGINT NOT NULL
+);
+"""
+
+
+class LostLead(AnchorwatchError):
+    """This instance no longer leads: another took the lease over."""
+
+
+def instance_name() -> str:
+    """This process, as the lease names its holder: host, pid and a random tag (a restarted
+    process with a recycled pid is another holder)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+class Lease:
+    """The lease of one instance: ``acquire`` (a standby waits in it), ``renew`` from a
+    thread, ``fence`` inside each write transaction, ``release`` at a clean stop."""
+
+    def __init__(
+        self, location: StateLocation, *, lease_s: float, holder: str | None = None
+    ) -> None:
+        if not location.shared:
+            raise ValueError("a lease needs the state in PostgreSQL (alerting.state_url)")
+        self.location = location
+        self.lease_ms = int(lease_s * 1000)
+        self.holder = holder or instance_name()
+        self.epoch: int | None = None
+        self._db = Database(location, filename=FILENAME, schema=PG_SCHEMA)
+        self._db.script(SCHEMA)
+        self._guard = threading.Lock()  # the heartbeat thread and the stopping one
+
+    def close(self) -> None:
+        with self._guard:
+            self._db.close()
+
+    # ------------------------------------------------------------------ taking the lead
+
+    def try_acquire(self) -> bool:
+        """Takes the lease if nobody holds it (or it has expired); True if this instance
+        leads now (a new epoch)."""
+        with self._guard, self._db.write() as db:
+            db.execute(
+                "INSERT INTO leader (name, holder, epoch, expires_ms) VALUES (?, '', 0, 0) "
+                "ON CONFLICT DO NOTHING",
+                (LEASE,),
+            )
+            row = db.execute(
+                f"UPDATE leader SET holder = ?, epoch = epoch + 1, expires_ms = {_NOW_MS} + ? "  # noqa: S608
+                f"WHERE name = ? AND expires_ms < {_NOW_MS} RETURNING epoch",
+                (self.holder, self.lease_ms, LEASE),
+            ).fetchone()
+        if row is None:
+            return False
+        self.epoch = int(row[0])
+        log.warning("alerting lead taken", extra={"holder": self.holder, "epoch": self.epoch})
+        return True
+
+    def acquire(self, stop: threading.Event, *, poll_s: float | None = None) -> bool:
+        """Waits as a standby until this instance leads (True) or ``stop`` is set (False)."""
+        poll = poll_s if poll_s is not None else min(1.0, self.lease_ms / 3000)
+        announced = False
+        while not stop.is_set():
+            try:
+                if self.try_acquire():
+                    return True
+            except DATABASE_ERRORS as exc:
+                log.warning("alerting state unreachable", extra={"error": str(exc)[:300]})
+            if not announced:
+                log.info(
+                    "alerting standby: another instance leads",
+                    extra={"holder": self.holder, "state": self.location.describe()},
+                )
+                announced = True
+            stop.wait(poll)
+        return False
+
+    def holder_now(self) -> tuple[str, int, int] | None:
+        """(holder, epoch, ms until it expires) as the database has it now."""
+        with self._guard:
+            row = self._db.execute(
+                f"SELECT holder, epoch, expires_ms - {_NOW_MS} FROM leader WHERE name = ?",  # noqa: S608
+                (LEASE,),
+            ).fetchone()
+        return None if row is None else (str(row[0]), int(row[1]), int(row[2]))
+
+    # ------------------------------------------------------------------ keeping it
+
+    def renew(self) -> bool:
+        """Extends the lease; False if it is no longer this instance's."""
+        if self.epoch is None:
+            return False
+        with self._guard, self._db.write() as db:
+            row = db.execute(
+                f"UPDATE leader SET expires_ms = {_NOW_MS} + ? "  # noqa: S608
+                "WHERE name = ? AND holder = ? AND epoch = ? RETURNING epoch",
+                (self.lease_ms, LEASE, self.holder, self.epoch),
+            ).fetchone()
+        return row is not None
+
+    def keep(self, stop: threading.Event, on_lost: Callable[[str], None]) -> None:
+        """Renews every third of the lease until ``stop``; ``on_lost`` (once) when the lease
+        is lost or could not be renewed for a whole lease (another may have taken it)."""
+        interval = self.lease_ms / 3000
+        last_renewed = _monotonic_ms()
+        while not stop.wait(interval):
+            try:
+                if self.renew():
+                    last_renewed = _monotonic_ms()
+                    continue
+                on_lost(f"another instance took the lead (epoch after {self.epoch})")
+                return
+            except DATABASE_ERRORS as exc:
+                if _monotonic_ms() - last_renewed >= self.lease_ms:
+                    on_lost(f"the lease could not be renewed for {self.lease_ms} ms: {exc}")
+                    return
+
+    def release(self) -> None:
+        """Gives the lead up at once (a clean stop): a standby need not wait for expiry."""
+        if self.epoch is None:
+            return
+        try:
+            with self._guard, self._db.write() as db:
+                db.execute(
+                    "UPDATE leader SET expires_ms = 0 WHERE name = ? AND holder = ? AND epoch = ?",
+                    (LEASE, self.holder, self.epoch),
+                )
+        except DATABASE_ERRORS as exc:
+            log.warning("alerting lead not released", extra={"error": str(exc)[:300]})
+        self.epoch = None
+
+    # ------------------------------------------------------------------ fencing
+
+    def fence(self, db: Database) -> None:
+        """Inside a write transaction of the state: LostLead unless this instance still
+        leads. FOR SHARE holds a takeover back until the transaction has committed."""
+        row = db.execute(
+            "SELECT holder, epoch FROM leader WHERE name = ? FOR SHARE", (LEASE,)
+        ).fetchone()
+        if row is None or row[0] != self.holder or int(row[1]) != self.epoch:
+            found = "none" if row is None else f"{row[0]} epoch {row[1]}"
+            raise LostLead(
+                f"this instance ({self.holder} epoch {self.epoch}) no longer leads the "
+                f"alerting state; the lease is {found}"
+            )
+
+
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
