@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry
 from anchorwatch.alerting import log_limit
 from anchorwatch.alerting.consumers import BaselineConsumer, VerdictConsumer
 from anchorwatch.alerting.crash import CrashPoints
-from anchorwatch.alerting.database import Database, StateLocation
+from anchorwatch.alerting.database import DATABASE_ERRORS, Database, StateLocation
 from anchorwatch.alerting.engine import Engine
 from anchorwatch.alerting.http import Endpoint
 from anchorwatch.alerting.integrations import registry
@@ -122,6 +122,7 @@ class AlertingService:
         self._drainers: list[Drainer] = []
         self._lock: StateLock | None = None
         self._lease: Lease | None = None  # with the state in PostgreSQL
+        self._standby = False  # waiting for the lead of the shared state
         self._endpoint: Endpoint | None = None
         self._heartbeat = time.monotonic()
         self.engine: Engine | None = None
@@ -158,7 +159,10 @@ class AlertingService:
         # Wrong credentials or an untrusted CA stop the start here, naming the setting.
         check_access(s.kafka)
         state = a.state_location()
+        if state.shared:
+            self._start_endpoint(state)  # a standby answers probes: live, not ready
         if not self._take_state(state):
+            self._stop_endpoint()
             return self  # stopped while waiting as a standby
         try:
             store = Store(state, synchronous=a.sqlite_synchronous, fence=self._fence)
@@ -183,21 +187,8 @@ class AlertingService:
             )
             if refit is not None:
                 self.refitter = Refitter(s, self.engine, self.refit_metrics, clock=self._clock)
-            token = a.token()
-            api = SilenceApi(state, token.get_secret_value() if token else None)
-            secret = s.slack.signing() if s.slack.buttons else None  # else: 404
-            slack = SlackInteractions(
-                state, secret.get_secret_value() if secret else None, clock=self._clock
-            )
-            self._endpoint = Endpoint(
-                a.metrics_host,
-                a.metrics_port,
-                self.registry,
-                self.health,
-                self.readiness,
-                api=api.handle,
-                slack=slack.handle,
-            ).start()
+            if self._endpoint is None:
+                self._start_endpoint(state)
             self._verdicts = VerdictConsumer(s, self.engine.offsets)
             if s.watchdog.enabled:
                 self.watchdog = WatchdogRunner(
@@ -205,6 +196,7 @@ class AlertingService:
                 )
             self._baselines = BaselineConsumer(s, self.metrics.baselines.labels("invalid").inc)
         except BaseException:
+            self._stop_endpoint()
             self._give_state_up()
             raise
         if self._lease is not None:
@@ -220,11 +212,36 @@ class AlertingService:
                 "state": state.describe(),
                 "integrations": self.integrations(),
                 "dry_run": a.dry_run,
-                "endpoint": self._endpoint.url,
+                "endpoint": self.endpoint_url,
                 "open_incidents": len(self.engine.open_incidents()),
             },
         )
         return self
+
+    def _start_endpoint(self, state: StateLocation) -> None:
+        """/metrics, the probes, the silences API and Slack's buttons (these two write the
+        state directly, so a standby could take them too)."""
+        s, a = self.settings, self.settings.alerting
+        token = a.token()
+        api = SilenceApi(state, token.get_secret_value() if token else None)
+        secret = s.slack.signing() if s.slack.buttons else None  # else: 404
+        slack = SlackInteractions(
+            state, secret.get_secret_value() if secret else None, clock=self._clock
+        )
+        self._endpoint = Endpoint(
+            a.metrics_host,
+            a.metrics_port,
+            self.registry,
+            self.health,
+            self.readiness,
+            api=api.handle,
+            slack=slack.handle,
+        ).start()
+
+    def _stop_endpoint(self) -> None:
+        if self._endpoint is not None:
+            self._endpoint.stop()
+            self._endpoint = None
 
     def _take_state(self, state: StateLocation) -> bool:
         """The state for this instance alone: the directory's lock (SQLite), or the lead of
@@ -234,12 +251,16 @@ class AlertingService:
             self._lock = StateLock(state.directory)
             return True
         self._lease = Lease(state, lease_s=self.settings.alerting.lease_s)
+        self._standby = True
         try:
             if self._lease.acquire(self._stop):
+                self._heartbeat = time.monotonic()  # the loop's clock starts now
                 return True
         except BaseException:
             self._give_state_up()
             raise
+        finally:
+            self._standby = False
         self._give_state_up()
         return False
 
@@ -394,12 +415,20 @@ class AlertingService:
     # ----------------------------------------------------------------- probes
 
     def health(self) -> tuple[bool, dict[str, Any]]:
+        if self._standby:
+            return True, {"standby": True}
         alive = {t.name: t.is_alive() for t in self._threads}
         stale = time.monotonic() - self._heartbeat > 60
         ok = all(alive.values()) and not stale and self._failure is None
         return ok, {"threads": alive, "consumer_stalled": stale}
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
+        if self._standby:
+            try:
+                holder = self._lease.holder_now() if self._lease is not None else None
+            except DATABASE_ERRORS:
+                holder = None  # the state is unreachable: still a standby, leader unknown
+            return False, {"standby": True, "leader": holder[0] if holder else None}
         healthy, _ = self.health()
         v, b = self._verdicts, self._baselines
         detail = {

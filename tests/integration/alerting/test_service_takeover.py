@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from pydantic import SecretStr
 
 from anchorwatch.alerting.database import StateLocation
@@ -99,6 +100,12 @@ def test_a_standby_finishes_the_incidents_of_a_killed_leader_whose_disk_is_gone(
         time.sleep(LEASE_S)  # the standby is up, and waits
         assert standby.process.poll() is None
         assert not ready(configs[1])
+        # A standby is live (its probes answer) and not ready: it is not the leader.
+        probe = f"http://127.0.0.1:{configs[1]['alerting']['metrics_port']}"
+        assert requests.get(f"{probe}/healthz", timeout=5).status_code == 200
+        waiting = requests.get(f"{probe}/readyz", timeout=5)
+        assert waiting.status_code == 503
+        assert waiting.json()["standby"] is True
         produced = produce(job_settings, verdicts[:half])
         # The leader dies right after Slack accepted its third post (a send in flight).
         assert leader.wait(90) == -9, f"the leader did not reach its crash point: {tmp_path}"
