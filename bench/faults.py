@@ -439,7 +439,8 @@ def run_trial(
         # The demo's operator drills (a silence, a click, a data-quality minute, a killed
         # job) are not part of a fault trial: its checks count the labelled incidents.
         operator=False,
-        **options,
+        # One alerting instance on its SQLite file: the fault kinds here kill and restart it.
+        **{"alerting_instances": 1, **options},
     )
     journey = FaultJourney(stack, job, alerting, opts, lambda line: None, spec, job_overrides)
     plan = jp.make_plan(int(time.time() * 1000), seed=spec.seed, doc_types=opts.doc_types,

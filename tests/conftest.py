@@ -17,8 +17,8 @@ import pytest
 from anchorwatch.demo.slice import create_topics, delete_topics, new_run_id, run_scoped_topics
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.settings import KafkaSettings
+from anchorwatch.stack.postgres import PostgresDatabase, PostgresServer
 from anchorwatch.stack.stack import Stack
-from tests.support.postgres import PostgresDatabase, PostgresServer
 from tests.support.stack import stack_on_free_ports
 
 # Shared fixtures and helpers live in tests/support/; these modules hold fixtures for the

@@ -43,6 +43,14 @@ from anchorwatch.cli.common import load_settings
     help="Live event time runs this many times faster than the wall clock.",
 )
 @click.option(
+    "--alerting-instances",
+    type=click.IntRange(1, 2),
+    default=2,
+    show_default=True,
+    help="2: a leader and a standby on one PostgreSQL state, the leader killed -9 late in "
+    "the live traffic (needs PostgreSQL's server binaries); 1: one on its SQLite file.",
+)
+@click.option(
     "--state-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path(".anchorwatch/demo"),
@@ -79,6 +87,7 @@ def demo(ctx: click.Context, /, keep: bool, state_dir: Path, **opts: Any) -> Non
         history_minutes=opts["history_minutes"],
         live_minutes=opts["live_minutes"],
         speed=opts["speed"],
+        alerting_instances=opts["alerting_instances"],
     )
     s = Stack(load_settings(ctx, StackSettings))
     started_stack = s.kafka.pid() is None
@@ -113,14 +122,16 @@ def demo(ctx: click.Context, /, keep: bool, state_dir: Path, **opts: Any) -> Non
             run.stop()
             if started_stack:
                 s.down()
+        elif run.pair is not None and run.pair.server is not None:
+            run.pair.server.detach()  # the alerting state outlives this command
     click.echo(f"[6/6] done in {time.monotonic() - t0:.0f}s")
     for line in summary_lines(report):
         click.echo(line)
     if keep:
         click.echo(
             # The services first: they hang on to Kafka while it goes away.
-            f"left running (stop: kill the pids in {run.run_dir}/*.pid, "
-            "then anchorwatch stack down):"
+            f"left running (stop: kill the pids in {run.run_dir}/*.pid, then the PostgreSQL "
+            "server's, if any, then anchorwatch stack down):"
         )
         for name, address in report.addresses.items():
             click.echo(f"  {name:<9} {address}")

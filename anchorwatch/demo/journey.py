@@ -30,9 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from anchorwatch.alerting.database import StateLocation
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.demo import journey_plan as jp
 from anchorwatch.demo import slice as flow
+from anchorwatch.demo.journey_alerting_pair import AlertingPair
 from anchorwatch.demo.journey_checks import breakdown_checks, operator_checks
 from anchorwatch.demo.journey_feed import KongTraffic, ReplayClock, send_batches
 from anchorwatch.demo.journey_job import (
@@ -43,7 +45,7 @@ from anchorwatch.demo.journey_job import (
     wait_running,
 )
 from anchorwatch.demo.journey_operator import Operator, label_lines
-from anchorwatch.demo.journey_processes import Services, pick_port
+from anchorwatch.demo.journey_processes import JourneyError, Services, pick_port
 from anchorwatch.demo.journey_results import JourneyReport, check_results
 from anchorwatch.demo.journey_services import (
     Destinations,
@@ -56,6 +58,10 @@ from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.stack.stack import Stack
 
 Echo = Callable[[str], None]
+
+
+#: When the alerting leader is killed, as a share of the live span (two instances).
+KILL_AT = 0.72
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,10 @@ class JourneyOptions:
     #: the watchdog's notice once the job is killed at the end. With the local Slack and
     #: Jira only.
     operator: bool = True
+    #: Alerting instances: 2 run a leader and a standby on a private PostgreSQL, and the
+    #: leader is killed -9 partway through the live traffic (journey_alerting_pair); 1, the
+    #: service alone on its SQLite file.
+    alerting_instances: int = 2
 
 
 class Journey:
@@ -127,6 +137,8 @@ class Journey:
         self.operator: Operator | None = None  # with the operator features, once run
         self.alerting_port = 0
         self.alerting_url = ""
+        self.state: Path | StateLocation = self.state_dir  # where the alerting state is
+        self.pair: AlertingPair | None = None  # with two alerting instances
         self.watcher: IncidentWatcher | None = None  # while and after the live traffic
 
     @property
@@ -237,16 +249,38 @@ class Journey:
             extra = self.operator.alerting_settings(
                 self.alerting_base.policy.rules, self.job_settings.job.group_id
             )
-        url = start_alerting(
-            self.services,
-            self.job_settings,
-            self.destinations,
-            port=self.alerting_port or self.options.ports["alerting"],
-            state_dir=self.state_dir,
-            group_id=f"anchorwatch-demo-{self.run_id}",
-            update_interval_s=self.options.update_interval_s,
-            extra=extra,
-        )
+        common: dict[str, Any] = {
+            "services": self.services,
+            "job": self.job_settings,
+            "destinations": self.destinations,
+            "group_id": f"anchorwatch-demo-{self.run_id}",
+            "update_interval_s": self.options.update_interval_s,
+        }
+        port = self.alerting_port or self.options.ports["alerting"]
+        if self.options.alerting_instances < 2:
+            url = start_alerting(**common, port=port, state_dir=self.state_dir, extra=extra)
+        else:
+            # The leader first, on a port of its own; then the standby on the demo's
+            # alerting port, which takes clicks and silences whoever leads.
+            self.pair = AlertingPair(self.services, self.run_dir, self.echo)
+            self.state, shared = self.pair.start_database(self.state_dir)
+            both = {**(extra or {})}
+            both["alerting"] = {**both.get("alerting", {}), **shared}
+            for name, at, standby in (("alerting-2", 0, False), ("alerting", port, True)):
+                self.pair.urls[name] = start_alerting(
+                    **common,
+                    port=at,
+                    state_dir=self.state_dir / name,
+                    extra=both,
+                    name=name,
+                    standby=standby,
+                )
+            url = self.pair.urls["alerting"]
+            server = self.pair.server
+            assert server is not None
+            report.addresses["alerting state"] = (
+                f"{self.state.describe()} (PostgreSQL pid {server.pid}, data {server.data_dir})"
+            )
         self.alerting_url = url
         report.addresses["alerting"] = f"{url}/metrics"
 
@@ -268,7 +302,13 @@ class Journey:
             self.operator.add_silence(self.alerting_url, clock)
             operator, slack = self.operator, self.destinations.slack_url
             on_posted = lambda iid, doc, refs: operator.maybe_ack(slack, iid, doc, refs)  # noqa: E731
-        watcher = IncidentWatcher(self.state_dir, self.destinations, clock, self.echo, on_posted)
+        watcher = IncidentWatcher(self.state, self.destinations, clock, self.echo, on_posted)
+        if self.pair is not None:
+            # Late in the live span (minute 24 of 34 by default): among the resolutions,
+            # before the gateway fault. Earlier, the takeover's few seconds (minutes of
+            # event time at 30x) would swallow a data-quality incident's whole breach while
+            # it waits for its group, and the end check wants progress updates to count.
+            self.pair.kill_leader_after(KILL_AT * o.live_minutes * 60 / o.speed)
         self.watcher = watcher
         with watcher.watching(report):
             stats = asyncio.run(
@@ -326,7 +366,7 @@ class Journey:
     def _outbox(self, incident_id: str) -> list[dict[str, Any]]:
         from anchorwatch.alerting.store import Store
 
-        store = Store(self.state_dir, create=False)
+        store = Store(self.state, create=False)
         try:
             with store.reading():
                 return store.outbox_rows(incident_id)
@@ -334,7 +374,16 @@ class Journey:
             store.close()
 
     def _settled(self, report: JourneyReport, *, patience_over: bool) -> bool:
-        self.services.check("alerting")
+        if self.pair is None:
+            self.services.check("alerting")
+        else:
+            if self.pair.failure:
+                raise JourneyError(self.pair.failure)
+            if not self.pair.killing.is_set():  # one is down between its kill and restart
+                for name in self.pair.urls:
+                    self.services.check(name)
+            if self.pair.takeover_s is not None:
+                report.timings["alerting_takeover_s"] = self.pair.takeover_s
         return settled(report, patience_over=patience_over)
 
     # ----------------------------------------------------------------- teardown
@@ -343,5 +392,7 @@ class Journey:
         if self.job_id is not None:
             cancel(self.stack.flink.address, self.job_id)
         self.services.stop()
+        if self.pair is not None:
+            self.pair.stop()
         if not keep_topics:
             flow.delete_topics(self.job_settings)

@@ -31,8 +31,10 @@ class Services:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._commands: dict[str, tuple[list[str], Mapping[str, str]]] = {}
 
     def start(self, name: str, argv: list[str], env: Mapping[str, str]) -> int:
+        self._commands[name] = (list(argv), dict(env))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # A process that ran a local Flink job carries PyFlink's worker flags.
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("PYFLINK_")}
@@ -48,6 +50,18 @@ class Services:
         (self.run_dir / f"{name}.pid").write_text(f"{proc.pid}\n")
         self.procs[name] = proc
         return proc.pid
+
+    def kill(self, name: str) -> None:
+        """A fault: SIGKILL of ``name``, waited for."""
+        proc = self.procs[name]
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+    def restart(self, name: str) -> int:
+        """``name`` again, as it was started (its supervisor's restart)."""
+        argv, env = self._commands[name]
+        return self.start(name, argv, env)
 
     @property
     def pids(self) -> dict[str, int]:

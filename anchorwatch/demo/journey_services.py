@@ -81,9 +81,12 @@ def start_alerting(
     group_id: str,
     update_interval_s: int,
     extra: Mapping[str, Mapping[str, Any]] | None = None,
+    name: str = "alerting",
+    standby: bool = False,
 ) -> str:
-    """Start the alerting service, posting to ``destinations``; its URL once ready.
-    ``extra``: more settings, by section (the operator features': journey_operator)."""
+    """Start the alerting service ``name``, posting to ``destinations``; its URL once ready
+    (a ``standby``, waiting for the lead of a shared state: once live).
+    ``extra``: more settings, by section (the operator features', the shared state's)."""
     port = pick_port(port)
     config: dict[str, dict[str, Any]] = {
         **kafka_env(job),
@@ -105,9 +108,10 @@ def start_alerting(
     }
     for section, fields in (extra or {}).items():
         config[section] = {**config.get(section, {}), **fields}
-    services.start("alerting", ["alerting", "serve"], env_of(config))
+    services.start(name, ["alerting", "serve"], env_of(config))
     url = f"http://127.0.0.1:{port}"
-    services.wait_ready("alerting", f"{url}/readyz", 60, "alerting /readyz")
+    probe = "healthz" if standby else "readyz"
+    services.wait_ready(name, f"{url}/{probe}", 60, f"{name} /{probe}")
     return url
 
 

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import requests
@@ -20,21 +20,25 @@ from anchorwatch.demo import journey_plan as jp
 from anchorwatch.demo.journey_results import JourneyReport, Seen
 from anchorwatch.demo.journey_services import Destinations, slack_permalink
 
+if TYPE_CHECKING:
+    from anchorwatch.alerting.database import StateLocation
+
 
 class IncidentWatcher:
-    """Reads the alerting service's state under ``state_dir`` into ``report.seen`` and
+    """Reads the alerting service's state (``state``: under a directory, or in PostgreSQL)
+    into ``report.seen`` and
     prints each incident as Slack and Jira get it; ``clock`` maps event time to wall time
     (a window's end to when it was due on the replay clock)."""
 
     def __init__(
         self,
-        state_dir: Path,
+        state: Path | StateLocation,
         destinations: Destinations,
         clock: Callable[[int], float],
         echo: Callable[[str], None],
         on_posted: Callable[[str, str, Any], None] | None = None,
     ) -> None:
-        self.state_dir = state_dir
+        self.state = state
         self.destinations = destinations
         self.clock = clock
         self.echo = echo
@@ -65,9 +69,9 @@ class IncidentWatcher:
         """One pass over the state: record what is new, print what is due."""
         from anchorwatch.alerting.store import FILENAME, Store
 
-        if not (self.state_dir / FILENAME).exists():
+        if isinstance(self.state, Path) and not (self.state / FILENAME).exists():
             return
-        store = Store(self.state_dir, create=False)
+        store = Store(self.state, create=False)
         try:
             # One view of the state: a delivery seen done has its references (Slack ts,
             # Jira key) in the same view, or the line would print without them.

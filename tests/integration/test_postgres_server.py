@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support.postgres import PostgresDatabase, PostgresServer
+from anchorwatch.stack.postgres import PostgresDatabase, PostgresServer
 
 pytestmark = pytest.mark.integration
 

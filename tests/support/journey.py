@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from anchorwatch.alerting.database import StateLocation
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.demo.journey import Journey, JourneyOptions
 from anchorwatch.demo.journey_plan import Plan, make_plan
@@ -55,5 +56,6 @@ def journey_run(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Itera
         journey.stop()
 
 
-def state_path(run: JourneyRun) -> Path:
-    return run.journey.state_dir
+def state_path(run: JourneyRun) -> Path | StateLocation:
+    """Where the run's alerting state is (its PostgreSQL, with two alerting instances)."""
+    return run.journey.state

@@ -13,8 +13,8 @@ from pydantic import SecretStr
 from anchorwatch.alerting.database import StateLocation
 from anchorwatch.alerting.leadership import Lease, LostLead
 from anchorwatch.alerting.store import BatchWrite, Store
+from anchorwatch.stack.postgres import PostgresDatabase
 from tests.support.alerting_store import entry, row
-from tests.support.postgres import PostgresDatabase
 
 pytestmark = pytest.mark.integration
 

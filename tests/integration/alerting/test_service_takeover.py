@@ -24,6 +24,7 @@ from anchorwatch.alerting.render import incident_label
 from anchorwatch.alerting.service import list_incidents
 from anchorwatch.alerting.store import Store
 from anchorwatch.jobs.settings import JobSettings
+from anchorwatch.stack.postgres import PostgresDatabase
 from tests.support.alerting import (
     POLICY,
     LocalSlackWithHistory,
@@ -40,7 +41,6 @@ from tests.support.alerting_kafka import (
     service_config,
     service_env,
 )
-from tests.support.postgres import PostgresDatabase
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

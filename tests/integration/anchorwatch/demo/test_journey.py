@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 import requests
 
+from anchorwatch.alerting.database import StateLocation
 from anchorwatch.alerting.service import list_incidents
 from anchorwatch.alerting.store import Store
+from anchorwatch.demo.journey_alerting_pair import LEASE_S
 from anchorwatch.demo.journey_checks import after_ack
 from anchorwatch.demo.journey_results import summary_lines
 from tests.support.journey import JourneyRun, state_path
@@ -187,3 +189,18 @@ def test_each_labelled_incident_reaches_slack_and_jira_exactly_once(
     assert [c for c in slack_calls if c["status"] != 200 or c["error"]] == []
     jira_calls = _get(f"{run.jira_url}/_local/requests")["requests"]
     assert [c for c in jira_calls if c["status"] >= 400] == []
+
+
+def test_the_alerting_leader_killed_mid_run_is_replaced_by_the_standby(
+    journey_run: JourneyRun,
+) -> None:
+    """The demo runs two alerting instances on one PostgreSQL state and kills the leader
+    partway through the live traffic; the test above checks that nothing was lost or sent
+    twice, this one that the kill happened and the standby took over within the lease."""
+    run = journey_run
+    assert run.journey.pair is not None
+    (line,) = [line for line in run.output if "killed -9" in line and "took the lead" in line]
+    took = run.report.timings["alerting_takeover_s"]
+    assert took < LEASE_S + 10, line
+    assert run.journey.pair.leader() is not None  # one of them leads at the end
+    assert isinstance(state_path(run), StateLocation)

@@ -1,7 +1,9 @@
-"""A private PostgreSQL server for the tests, the way they have a private Kafka and Flink: a
-cluster of its own made with ``initdb``, a ``postgres`` process on a free port of 127.0.0.1,
-and nothing shared with a PostgreSQL the machine may run already (Debian's package starts
-one on 5432): its own port, its own socket directory, its own data.
+"""A private PostgreSQL server, for a shared alerting state on one machine (the demo's two
+alerting instances, the tests), the way the stack runs a private Kafka and Flink: a cluster
+of its own made with ``initdb``, a ``postgres`` process on a free port of 127.0.0.1, and
+nothing shared with a PostgreSQL the machine may run already (Debian's package starts one
+on 5432): its own port, its own socket directory, its own data. Made for runs that end:
+durability is off (fsync), and ``stop`` removes the data.
 
 ``PostgresServer(directory).start()`` makes and starts it; ``stop()`` stops it and removes
 everything it made. Once started it offers:
@@ -20,7 +22,7 @@ pytest's (/tmp/pytest-of-root is root's alone). Children keep the caller's envir
 (PG* variables aside), so CI's last-resort cleanup, which kills what inherited
 ANCHORWATCH_TEST_STATE_DIR, also finds a server a killed pytest left behind.
 
-No server binaries is an error, not a skip: the suite needs them (Debian's ``postgresql``
+No server binaries is an error that says to install them (Debian's ``postgresql``
 package, which .ci/run installs).
 """
 
@@ -47,7 +49,7 @@ from psycopg import sql
 
 from anchorwatch.stack.processes import free_port
 
-#: The role and the database the tests use; the superuser is ``postgres``.
+#: The role and the database made for the state; the superuser is ``postgres``.
 ROLE = "anchorwatch"
 SUPERUSER = "postgres"
 #: A database name we accept from a caller (then still quoted as an identifier).
@@ -58,22 +60,23 @@ _STOP_TIMEOUT_S = 10.0
 _PORT_ATTEMPTS = 3
 _SERVER_SETTINGS = {
     "listen_addresses": "127.0.0.1",
-    # A test server: durability buys nothing, speed does.
+    # A server for runs that end: durability buys nothing, speed does.
     "fsync": "off",
     "synchronous_commit": "off",
     "full_page_writes": "off",
     "max_connections": "200",
 }
 _MISSING = (
-    "PostgreSQL server binaries (initdb, postgres) not found: the tests need a private "
-    "PostgreSQL server; install Debian's `postgresql` package (apt-get install postgresql), "
+    "PostgreSQL server binaries (initdb, postgres) not found: a private PostgreSQL server "
+    "(the alerting state of several instances, and its tests) needs them: "
+    "install Debian's `postgresql` package (apt-get install postgresql), "
     "or put a PostgreSQL server's bin directory on PATH"
 )
 
 
 @dataclass(frozen=True)
 class PostgresDatabase:
-    """A database of one test: connect with ``psycopg.connect(db.url, password=db.password)``."""
+    """One database: connect with ``psycopg.connect(db.url, password=db.password)``."""
 
     url: str
     password: str = field(repr=False)
@@ -224,6 +227,11 @@ class PostgresServer:
         if self.runtime_dir is not None:  # started (or tried to): its directories go
             shutil.rmtree(self.runtime_dir, ignore_errors=True)
             shutil.rmtree(self.directory, ignore_errors=True)
+
+    def detach(self) -> None:
+        """Leave the server running after this process exits (``anchorwatch demo --keep``):
+        stop it later with ``pg_ctl stop -D`` its data directory, or by its pid."""
+        atexit.unregister(self.stop)
 
     def __enter__(self) -> PostgresServer:
         return self.start()
@@ -393,7 +401,7 @@ def _server_account() -> pwd.struct_passwd | None:
         return pwd.getpwnam("postgres")
     except KeyError:
         raise RuntimeError(
-            "running as root, the test PostgreSQL server must run as the `postgres` system "
+            "running as root, the private PostgreSQL server must run as the `postgres` system "
             "user, and there is none: install Debian's `postgresql` package, which makes it"
         ) from None
 
