@@ -19,14 +19,17 @@ from anchorwatch.contracts import Verdict, WindowAggregate
 from anchorwatch.contracts.models import verdict_id
 from anchorwatch.demo.slice import Holders, differences
 
-#: The faults of issues 17 and 33 that the local stack can inject, one per trial, cycled so
-#: that N trials cover every kind (N >= 9) in an order shuffled by the campaign seed.
+#: The faults of issues 17, 33 and 35 that the local stack can inject, one per trial, cycled
+#: so that N trials cover every kind (N >= 11) in an order shuffled by the campaign seed.
 FAULTS: Final = (
     "broker-kill",  # kill -9 of the leader of a snapshots partition; `stack up` after a while
     "broker-pause",  # SIGSTOP of a partition leader past the broker session timeout; SIGCONT
     "taskmanager-kill",  # kill -9 of the TaskManager running the job; `stack up` replaces it
     "ingest-kill",  # kill -9 of one ingest worker with requests in flight; the service restarts
     "alerting-kill",  # SIGKILL of the alerting service (at a crash point or at random)
+    # Two alerting instances on one PostgreSQL state (bench/fault_alerting.py):
+    "alerting-takeover",  # kill -9 of the leader, its state directory deleted; standby leads
+    "alerting-pause",  # SIGSTOP of the leader past its lease; SIGCONT: it must post nothing
     "slack-down",  # Slack answers 503, then 429 with Retry-After, for a while
     "jira-down",  # Jira answers 503 for a while
     # What people do to an incident, with the alerting service crashing where it applies it
@@ -77,7 +80,7 @@ class TrialSpec:
             what += f" (replaced after {self.duration_s:.0f}s)"
         elif self.fault == "alerting-kill":
             what += f" ({'at ' + self.crash_point if self.crash_point else 'at random'})"
-        elif self.fault in ("slack-down", "jira-down"):
+        elif self.fault in ("slack-down", "jira-down", "alerting-pause"):
             what += f" ({self.duration_s:.0f}s)"
         return f"{what} at {self.at:.0%} of the live span"
 
@@ -98,6 +101,7 @@ def plan_trials(
             "broker-kill": rng.uniform(3, 20),
             "broker-pause": rng.uniform(10, 25),  # past the 6 s broker session timeout
             "taskmanager-kill": rng.uniform(1, 10),
+            "alerting-pause": rng.uniform(12, 20),  # past the demo's 5 s lease
             "slack-down": rng.uniform(15, 40),
             "jira-down": rng.uniform(15, 40),
         }.get(fault, 0.0)

@@ -28,6 +28,11 @@ a send after it; per incident, Slack posts and replies, Jira tickets and comment
 PagerDuty events counted lost and doubled (doubled ones are duplicate notifications), on a
 line ``operator paths: ...`` before the last.
 
+Two kinds run the alerting service as a leader and a standby on one PostgreSQL state
+(bench/fault_alerting.py): ``alerting-takeover`` kills the leader with its state directory
+deleted, ``alerting-pause`` stops it past its lease; a line ``alerting takeover: ...`` gives
+the time to an instance leading again and to the next Slack post, median and max.
+
 Anything else that went wrong (an incident missed, a batch never acknowledged, a thread out
 of order) is printed and fails the campaign too. One line per trial; the last line is
 ``faults: N trials, lost L, doubled D, wrong windows W, duplicate notifications K``; exit 1
@@ -73,6 +78,8 @@ from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import read_topic
 from anchorwatch.stack.processes import free_port_block
 from anchorwatch.stack.stack import Stack, StackSettings
+from bench import fault_alerting
+from bench.fault_alerting import PAIR_FAULTS
 from bench.fault_operator import OperatorOutcome, operator_line, operator_summary
 from bench.fault_operator import run_operator_trial as _run_operator_trial
 from bench.fault_plan import (
@@ -174,7 +181,7 @@ class FaultJourney(Journey):
         self._threads[-1].start()
 
     def _settled(self, report: JourneyReport, *, patience_over: bool) -> bool:
-        if not self.supervised.alive("alerting"):
+        if not all(self.supervised.alive(n) for n in self.supervised.launch if "alerting" in n):
             return False  # the supervisor starts it again
         return super()._settled(report, patience_over=patience_over)
 
@@ -186,7 +193,7 @@ class FaultJourney(Journey):
 
     def _supervise(self) -> None:
         while not self._done.wait(0.3):
-            self.supervised.restart_dead(("ingest", "alerting"))
+            self.supervised.restart_dead(("ingest", "alerting", "alerting-2"))
 
     # ----------------------------------------------------------------- the faults
 
@@ -246,6 +253,11 @@ class FaultJourney(Journey):
             pid = self.services.pids["alerting"]
             os.kill(pid, signal.SIGKILL)
             return f"killed the alerting service ({pid})"
+        if spec.fault in PAIR_FAULTS:
+            assert self.pair is not None
+            return fault_alerting.strike(self.pair, self.services.pids, self.state_dir,
+                                         self.slack_url, spec.fault, spec.duration_s,
+                                         self._done, self.injected)  # fmt: skip
         if spec.fault == "slack-down":
             half = spec.duration_s / 2
             _fault(self.slack_url, {"method": "*", "status": 503, "times": -1}, half, self._done)
@@ -340,7 +352,7 @@ def reconcile(j: FaultJourney, report: JourneyReport) -> TrialResult:
     out.wrong_windows = len(windows.wrong)
     out.problems += windows.wrong[:5]
 
-    incidents = list_incidents(j.state_dir, open_only=False, limit=1000)
+    incidents = list_incidents(j.state, open_only=False, limit=1000)
     alerts: dict[str, dict[str, str]] = {}
     for m in read_topic(s.kafka, s.topics.drift_events):
         if m.value:
@@ -439,8 +451,11 @@ def run_trial(
         # The demo's operator drills (a silence, a click, a data-quality minute, a killed
         # job) are not part of a fault trial: its checks count the labelled incidents.
         operator=False,
-        # One alerting instance on its SQLite file: the fault kinds here kill and restart it.
-        **{"alerting_instances": 1, **options},
+        # One alerting instance on its SQLite file, but for the kinds that strike a leader
+        # and its standby on PostgreSQL (and only the fault strikes: no journey kill).
+        alerting_instances=2 if spec.fault in PAIR_FAULTS else 1,
+        kill_alerting_leader=False,
+        **options,
     )
     journey = FaultJourney(stack, job, alerting, opts, lambda line: None, spec, job_overrides)
     plan = jp.make_plan(int(time.time() * 1000), seed=spec.seed, doc_types=opts.doc_types,
@@ -457,6 +472,9 @@ def run_trial(
     finally:
         journey.stop()
     result.figures["injected"] = journey.injected.get("detail", "not injected")
+    result.figures["timings"] = {
+        k: v for k, v in journey.injected.items() if k in ("takeover_s", "next_post_s")
+    }
     result.figures["seconds"] = round(time.monotonic() - t)
     if "detail" not in journey.injected:
         result.problems.append("the fault was never injected")
@@ -569,6 +587,9 @@ def main(argv: list[str] | None = None) -> int:
     operator = [(r.spec, r.operator) for r in results if r.operator is not None]
     if operator:
         print(operator_summary(operator))
+    takeovers = fault_alerting.takeover_line([r.figures.get("timings", {}) for r in results])
+    if takeovers:
+        print(takeovers)
     print(final_line(results))
     return 0 if all(r.clean and not r.problems for r in results) else 1
 

@@ -130,8 +130,8 @@ def demo(ctx: click.Context, /, keep: bool, state_dir: Path, **opts: Any) -> Non
     if keep:
         click.echo(
             # The services first: they hang on to Kafka while it goes away.
-            f"left running (stop: kill the pids in {run.run_dir}/*.pid, then the PostgreSQL "
-            "server's, if any, then anchorwatch stack down):"
+            f"left running (stop: kill the pids in {run.run_dir}/*.pid, "
+            "then anchorwatch stack down):"
         )
         for name, address in report.addresses.items():
             click.echo(f"  {name:<9} {address}")

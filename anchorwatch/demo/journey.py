@@ -100,6 +100,8 @@ class JourneyOptions:
     #: leader is killed -9 partway through the live traffic (journey_alerting_pair); 1, the
     #: service alone on its SQLite file.
     alerting_instances: int = 2
+    #: With two: kill the leader at KILL_AT (the fault campaign strikes on its own instead).
+    kill_alerting_leader: bool = True
 
 
 class Journey:
@@ -278,8 +280,9 @@ class Journey:
             url = self.pair.urls["alerting"]
             server = self.pair.server
             assert server is not None
-            report.addresses["alerting state"] = (
-                f"{self.state.describe()} (PostgreSQL pid {server.pid}, data {server.data_dir})"
+            report.addresses["postgres"] = (
+                f"{self.state.describe()} (the alerting state; pid {server.pid}, data "
+                f"{server.data_dir})"
             )
         self.alerting_url = url
         report.addresses["alerting"] = f"{url}/metrics"
@@ -303,7 +306,7 @@ class Journey:
             operator, slack = self.operator, self.destinations.slack_url
             on_posted = lambda iid, doc, refs: operator.maybe_ack(slack, iid, doc, refs)  # noqa: E731
         watcher = IncidentWatcher(self.state, self.destinations, clock, self.echo, on_posted)
-        if self.pair is not None:
+        if self.pair is not None and o.kill_alerting_leader:
             # Late in the live span (minute 24 of 34 by default): among the resolutions,
             # before the gateway fault. Earlier, the takeover's few seconds (minutes of
             # event time at 30x) would swallow a data-quality incident's whole breach while

@@ -45,6 +45,8 @@ class AlertingPair:
         """The private PostgreSQL server; the state's location, and the instances' settings
         for it (the password in a file of the run's own)."""
         self.server = PostgresServer(self.run_dir / "postgres").start()
+        # With the services' pid files: "kill the pids in <run>/*.pid" stops it too.
+        (self.run_dir / "postgres.pid").write_text(f"{self.server.pid}\n")
         secret = self.run_dir / "state-password"
         secret.write_text(self.server.password + "\n")
         secret.chmod(0o600)

@@ -250,6 +250,8 @@ def kept_urls(command: Command) -> dict[str, str]:
     endpoint, POST only, and its metrics: the metrics)."""
     urls = {}
     for name, text in command.kept().items():
+        if name == "postgres":  # the alerting state's database: no HTTP
+            continue
         (url,) = re.findall(r"http://[^\s)]+", text.split("(metrics", 1)[-1])
         urls[name] = url
     return urls
@@ -311,7 +313,12 @@ def test_kept_run_leaves_local_slack_jira_flink_and_metrics_answering(failing: C
     )
     # The demo's own local Slack, Jira and PagerDuty: started by it, their pages served.
     pids = {f.stem for f in failing.run_dir().glob("*.pid")}
-    assert pids == {"ingest", "alerting", "local-slack", "local-jira", "local-pagerduty"}, pids
+    # Two alerting instances (a leader and a standby) on the run's own PostgreSQL.
+    assert pids == {
+        "ingest", "alerting", "alerting-2", "postgres", "local-slack", "local-jira",
+        "local-pagerduty",
+    }, pids  # fmt: skip
+    assert failing.kept()["postgres"].startswith("postgresql://anchorwatch@127.0.0.1:")
     # Too short for the operator drills: the run says so and goes on without them.
     assert failing.at(r"^operator features skipped: live_minutes: at least \d+"), failing.log
     assert "(local Slack)" in failing.kept()["slack"]
@@ -445,7 +452,7 @@ def test_real_settings_post_there_and_the_demo_starts_no_slack_or_jira(
     assert kept["jira"] == integrations.jira_url, real.log
     assert "local" not in kept["slack"] + kept["jira"], real.log
     pids = {f.stem for f in real.run_dir().glob("*.pid")}
-    assert pids == {"ingest", "alerting"}, pids
+    assert pids == {"ingest", "alerting", "alerting-2", "postgres"}, pids
     check_kept_addresses(real, {"slack", "jira", "flink", "alerting", "ingest"})
     # Every call was authorised (the servers refuse a wrong or missing credential).
     slack_calls = _get(f"{integrations.slack_url}/_local/requests")["requests"]
@@ -459,8 +466,11 @@ def test_real_settings_post_there_and_the_demo_starts_no_slack_or_jira(
 
 def test_no_secret_is_printed_or_logged(real: Command, integrations: Integrations) -> None:
     logs = {f.name: f.read_text(errors="replace") for f in real.run_dir().glob("*.log")}
-    assert set(logs) == {"ingest.log", "alerting.log"}
-    for secret in integrations.secrets:
+    assert set(logs) == {"ingest.log", "alerting.log", "alerting-2.log"}
+    # The alerting state's password too: in a file of the run's own (0600), nowhere else.
+    state_password = (real.run_dir() / "state-password").read_text().strip()
+    assert (real.run_dir() / "state-password").stat().st_mode & 0o777 == 0o600
+    for secret in [*integrations.secrets, state_password]:
         assert secret not in real.stdout
         assert secret not in real.stderr
         for name, text in logs.items():
