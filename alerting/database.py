@@ -104,7 +104,8 @@ class Database:
         self.schema = schema
         self.dialect: Dialect = "postgresql" if self.location.url else "sqlite"
         self.path = self.location.directory / filename
-        self.created = False
+        # This schema's advisory lock (PostgreSQL): the same number in every process.
+        self._lock_key = zlib.crc32(schema.encode()) & 0x7FFFFFFF
         try:
             if self.location.url is None:
                 if create:
@@ -188,15 +189,7 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[Database]:
         """One exclusive write transaction: committed at the end, rolled back on an error."""
-        if self.dialect == "sqlite":
-            self._sqlite.execute("BEGIN IMMEDIATE")
-        else:
-            self._pg.execute("BEGIN")
-            try:
-                self._lock()
-            except BaseException:
-                self._pg.execute("ROLLBACK")
-                raise
+        self.begin()
         try:
             yield self
         except BaseException:
@@ -205,17 +198,17 @@ class Database:
         self.execute("COMMIT")
 
     def begin(self) -> None:
-        """Opens a write transaction left open until ``commit`` (writes gathered over
-        several calls, as the refit history does)."""
+        """Opens an exclusive write transaction, left open until ``commit`` (``write``, or
+        writes gathered over several calls, as the refit history does)."""
         if self.dialect == "sqlite":
-            self._sqlite.execute("BEGIN")
-        else:
-            self._pg.execute("BEGIN")
-            self._lock()
-
-    def _lock(self) -> None:
-        key = zlib.crc32(self.schema.encode()) & 0x7FFFFFFF
-        self._pg.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_WRITE_LOCK, key))
+            self._sqlite.execute("BEGIN IMMEDIATE")
+            return
+        self._pg.execute("BEGIN")
+        try:
+            self._pg.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_WRITE_LOCK, self._lock_key))
+        except BaseException:
+            self._pg.execute("ROLLBACK")
+            raise
 
     def commit(self) -> None:
         if self.in_transaction:

@@ -52,16 +52,6 @@ def strike(
     if leader is None:
         raise RuntimeError("no alerting instance leads")
     pid = pids[leader]
-    # Who leads next: the standby, or the killed instance once its supervisor restarted it
-    # (a new process, racing the standby for the expired lease).
-    led_by: list[str] = []
-
-    def someone_leads() -> bool:
-        found = pair.leader()
-        if found is not None:
-            led_by.append(found)
-        return found is not None
-
     posts = _slack_posts(slack_url)
     if fault == "alerting-takeover":
         os.kill(pid, signal.SIGKILL)
@@ -71,7 +61,9 @@ def strike(
         os.kill(pid, signal.SIGSTOP)
     struck = time.monotonic()
     try:
-        led = _wait(someone_leads, done)
+        # The standby, or the killed instance once its supervisor restarted it (a new
+        # process, racing the standby for the expired lease).
+        led = pair.next_leader(_WAIT_S, done)
         if led:
             timings["takeover_s"] = round(time.monotonic() - struck, 1)
         if fault == "alerting-pause":
@@ -89,7 +81,7 @@ def strike(
         else f"paused the leader {leader} ({pid}) for {duration_s:.0f}s"
     )
     return (
-        f"{what}; {led_by[0]} led after {timings['takeover_s']}s, next Slack post after "
+        f"{what}; {led} led after {timings['takeover_s']}s, next Slack post after "
         f"{timings.get('next_post_s', 'none due')}s"
     )
 

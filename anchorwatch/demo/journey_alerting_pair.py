@@ -64,6 +64,18 @@ class AlertingPair:
                 return name
         return None
 
+    def next_leader(self, timeout_s: float, stop: threading.Event | None = None) -> str | None:
+        """Waits until an instance leads (after a fault to the leader); its name, or None
+        when none does within ``timeout_s`` or ``stop`` is set."""
+        stop = stop or threading.Event()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if (found := self.leader()) is not None:
+                return found
+            if stop.wait(0.2):
+                return None
+        return None
+
     def kill_leader_after(self, seconds: float) -> None:
         self._timer = threading.Timer(seconds, self._kill_leader)
         self._timer.daemon = True
@@ -78,12 +90,10 @@ class AlertingPair:
                 return
             self.services.kill(leader)
             killed = time.monotonic()
-            (standby,) = [n for n in self.urls if n != leader]
-            while not answers(f"{self.urls[standby]}/readyz"):
-                if time.monotonic() - killed > 60:
-                    self.failure = f"{standby} did not take the lead within 60 s of the kill"
-                    return
-                time.sleep(0.2)
+            standby = self.next_leader(60)  # the killed one is not restarted yet
+            if standby is None:
+                self.failure = "the standby did not take the lead within 60 s of the kill"
+                return
             self.takeover_s = time.monotonic() - killed
             self.services.restart(leader)  # as its supervisor would: the new standby
             self.echo(
