@@ -4,6 +4,10 @@ received) and verdict throughput, for each SQLite sync mode, alternating in one 
 Starts a private Kafka on free ports (or uses --bootstrap) and the local Slack and Jira in
 this process, and runs `anchorwatch alerting serve` as its own process per configuration:
 
+The state is SQLite files per --sync mode, and with --postgresql also a database of a
+private PostgreSQL server (the state several instances share, alerting.state_url), a fresh
+one per run, measured in the same rounds as the SQLite modes.
+
 1. latency: --incidents doc types each open one incident (a critical window opens at
    once), one every --spacing seconds: above Slack's per-channel rate, so nothing waits
    behind the rate limit. For each, from producing the verdict (the clock starts before
@@ -28,6 +32,8 @@ this process, and runs `anchorwatch alerting serve` as its own process per confi
         --drifting-every 10 --slack-rate 50 --sync FULL      # 1,000 incidents at once
     .venv/bin/python -m bench.alerting --incidents 0 --types 10000 --windows 30 \
         --drifting-every 10 --channels 20 --sync FULL        # over 20 channels, default rates
+    .venv/bin/python -m bench.alerting --types 10000 --windows 30 --incidents 0 \
+        --sync FULL --postgresql          # SQLite against PostgreSQL, side by side
     .venv/bin/python -m bench.alerting --week-types 100
 
 Rounds: first --warmup-rounds (default 1) runs of 1 and 2 for each sync mode, the same
@@ -46,19 +52,22 @@ tests' own (tests/support/), so the bench measures what the tests check.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import psutil
 import requests
 from confluent_kafka import Producer
+from pydantic import SecretStr
 
+from anchorwatch.alerting.database import Database, StateLocation
 from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.fakes.slack import LocalSlack
 from anchorwatch.alerting.store import Store
@@ -67,6 +76,7 @@ from anchorwatch.demo.journey_processes import answers
 from anchorwatch.demo.slice import private_topics
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config
+from anchorwatch.stack.postgres import PostgresServer
 from anchorwatch.stack.processes import free_port
 from anchorwatch.stack.stack import private_kafka
 from bench.quantiles import MISS, misses, ms, quantile, summary
@@ -90,6 +100,28 @@ class TimedSlack(LocalSlack):
 
 
 broker = private_kafka
+
+#: The mode that keeps the state in PostgreSQL instead of SQLite files.
+POSTGRESQL: Final = "postgresql"
+_databases = itertools.count()
+
+
+def state_place(
+    mode: str, directory: Path, server: PostgresServer | None
+) -> tuple[StateLocation, dict[str, Any]]:
+    """Where one run keeps its state, and the service's settings for it: SQLite files in
+    ``directory``, or (``POSTGRESQL``) a fresh database of ``server``, its password in a
+    file of the run's own."""
+    if mode != POSTGRESQL:
+        return StateLocation(directory), {"state_dir": directory}
+    assert server is not None
+    directory.mkdir(parents=True, exist_ok=True)
+    url = server.new_database(f"bench_{next(_databases)}")
+    secret = directory / "state-password"
+    secret.write_text(server.password + "\n")
+    secret.chmod(0o600)
+    location = StateLocation(directory, url, SecretStr(server.password))
+    return location, {"state_dir": directory, "state_url": url, "state_password_file": secret}
 
 
 @contextmanager
@@ -116,7 +148,8 @@ def service(
         "kafka": {"bootstrap_servers": job.kafka.bootstrap_servers},
         "topics": dict(job.topics),
         "alerting": {"state_dir": state, "start_offset": "earliest", "metrics_port": port,
-                     "sqlite_synchronous": sync, **rates, **(alerting or {})},
+                     **({} if sync == POSTGRESQL else {"sqlite_synchronous": sync}),
+                     **rates, **(alerting or {})},
         "slack": {"mode": "bot", "api_url": slack.api_url, "bot_token": SLACK_TOKEN},
         "routing": {"doc_type_channels": channels or {}},
         "jira": {"enabled": True, "url": jira.url},
@@ -146,7 +179,9 @@ def decided(url: str) -> float:
     return total
 
 
-def opened(state: Path) -> tuple[dict[str, float], dict[str, tuple[str, str | None]]]:
+def opened(
+    state: Path | StateLocation,
+) -> tuple[dict[str, float], dict[str, tuple[str, str | None]]]:
     """From the service's state: when the verdict that opened each incident was consumed,
     and each incident's doc type and Slack parent (its ts)."""
     store = Store(state, create=False)
@@ -173,12 +208,14 @@ def latency(
     spacing: float,
     timeout: float,
     label: str,
+    server: PostgresServer | None = None,
 ) -> dict[str, list[float]]:
     """One latency run; returns the samples in seconds (misses as +inf) by what they span."""
     with TimedSlack(token=SLACK_TOKEN) as slack, LocalJira() as jira:
         state = root / f"latency-{sync}-{label.replace(' ', '')}"
+        location, place = state_place(sync, state, server)
         producer = Producer(client_config(job.kafka, **{"enable.idempotence": True, "acks": "all"}))
-        with service(job, state, slack, jira, sync):
+        with service(job, state, slack, jira, sync, alerting=place):
             produced: dict[str, float] = {}
             for i in range(incidents):
                 doc = f"{sync.lower()}-latency-{i:03d}"
@@ -195,7 +232,7 @@ def latency(
             while len(slack.received) < incidents and time.monotonic() < deadline:
                 time.sleep(0.05)
             cutoff = time.time()  # a parent arriving later (while stopping) is a miss
-        consumed, parents = opened(state)
+        consumed, parents = opened(location)
     # Per verdict produced, not per incident found: one that never opened an incident, or
     # whose Slack parent never arrived, is a miss (+inf), not left out.
     by_doc = {doc: (incident_id, ts) for incident_id, (doc, ts) in parents.items()}
@@ -220,9 +257,17 @@ def latency(
     return {"produced": from_produced, "consumed": from_consumed}
 
 
-def state_bytes(state: Path) -> int:
-    """The service's SQLite files (state, refit history) with their write-ahead logs."""
-    return sum(p.stat().st_size for p in state.glob("*.sqlite3*"))
+def state_bytes(state: Path | StateLocation) -> int:
+    """The service's SQLite files (state, refit history) with their write-ahead logs, or
+    its PostgreSQL database's size."""
+    if isinstance(state, StateLocation) and state.shared:
+        db = Database(state, filename="", schema="public", create=False)
+        try:
+            return int(db.execute("SELECT pg_database_size(current_database())").fetchone()[0])
+        finally:
+            db.close()
+    directory = state.directory if isinstance(state, StateLocation) else state
+    return sum(p.stat().st_size for p in directory.glob("*.sqlite3*"))
 
 
 def throughput(
@@ -236,6 +281,7 @@ def throughput(
     workspace_rate: float | None,
     channels: int,
     label: str,
+    server: PostgresServer | None = None,
 ) -> dict[str, Any]:
     """One throughput run; returns its figures (the Slack waits in seconds, misses +inf)."""
     drifting = {f"t{i:05d}" for i in range(0, types, drifting_every)}
@@ -257,6 +303,7 @@ def throughput(
         client_config(job.kafka, **{"enable.idempotence": True, "acks": "all", "linger.ms": 20})
     )
     state = root / f"throughput-{sync}-{label.replace(' ', '')}"
+    location, place = state_place(sync, state, server)
     with (
         TimedSlack(token=SLACK_TOKEN) as slack,
         LocalJira() as jira,
@@ -269,6 +316,7 @@ def throughput(
             slack_rate,
             workspace_rate,
             routes if channels > 1 else None,
+            alerting=place,
         ) as (proc, url),
     ):
         # From the first verdict produced to the last one decided and committed.
@@ -293,14 +341,14 @@ def throughput(
             peak = max(peak, proc.memory_info().rss)
             time.sleep(0.5)
     n = len(records)
-    size = state_bytes(state)
+    size = state_bytes(location)
     print(
         f"{label} throughput, {sync:6} {n:,} verdicts of {types:,} types in {took:5.2f} s: "
         f"{n / took:8,.0f} verdicts/s, peak RSS {peak / 2**20:.0f} MiB, "
         f"state {size / 2**20:.1f} MiB",
         flush=True,
     )
-    consumed, parents = opened(state)
+    consumed, parents = opened(location)
     # Per incident opened, and a miss (+inf) for each drifting type that opened none: a
     # Slack parent that never arrived counts, it is not left out.
     waits = []
@@ -440,15 +488,25 @@ def main() -> None:
         help="instead: a simulated week of this many types through the engine (state size)",
     )  # fmt: skip
     parser.add_argument("--week-days", type=float, default=7.0, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--postgresql", action="store_true",
+        help="also keep the state in PostgreSQL (a private server, a fresh database per run), "
+        "as a mode of its own in the same rounds",
+    )  # fmt: skip
     parser.add_argument("--bootstrap", help="use this broker instead of starting one")
     args = parser.parse_args()
     if args.week_types:
         week(args.week_types, args.week_days)
         return
     print("load average (1, 5, 15 min) at the start: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
-    modes = ("FULL", "NORMAL") if args.sync == "both" else (args.sync,)
+    modes: tuple[str, ...] = ("FULL", "NORMAL") if args.sync == "both" else (args.sync,)
+    modes += (POSTGRESQL,) if args.postgresql else ()
     rounds: dict[str, list[dict[str, Any]]] = {sync: [] for sync in modes}
-    with broker(args.bootstrap) as bootstrap, tempfile.TemporaryDirectory() as tmp:
+    with (
+        broker(args.bootstrap) as bootstrap,
+        tempfile.TemporaryDirectory() as tmp,
+        PostgresServer(Path(tmp) / "postgres") if args.postgresql else nullcontext() as server,
+    ):
         root = Path(tmp)
         base = JobSettings.load(kafka={"bootstrap_servers": bootstrap})
 
@@ -458,14 +516,14 @@ def main() -> None:
             if args.incidents > 0:
                 with private_topics(base) as job:
                     figures |= latency(
-                        job, root, sync, args.incidents, args.spacing, args.timeout, label
+                        job, root, sync, args.incidents, args.spacing, args.timeout, label, server
                     )
             with private_topics(base) as job:
                 figures |= throughput(
                     job, root, sync, args.types, args.windows, args.drifting_every,
                     args.slack_rate,
                     args.workspace_rate if args.workspace_rate is not None else args.slack_rate,
-                    args.channels, label,
+                    args.channels, label, server,
                 )  # fmt: skip
             return figures
 
