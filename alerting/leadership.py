@@ -63,21 +63,35 @@ class Lease:
     thread, ``fence`` inside each write transaction, ``release`` at a clean stop."""
 
     def __init__(
-        self, location: StateLocation, *, lease_s: float, holder: str | None = None
+        self,
+        location: StateLocation,
+        *,
+        lease_s: float,
+        holder: str | None = None,
+        name: str = LEASE,
+        shared: tuple[Database, threading.Lock] | None = None,
     ) -> None:
+        """``name``: the lease's row (the whole state's lead, or a part of it such as a
+        verdict partition, ``ownership.py``); ``shared``: a connection and its lock that
+        several leases of one instance use, instead of a connection of this lease's own."""
         if not location.shared:
             raise ValueError("a lease needs the state in PostgreSQL (alerting.state_url)")
         self.location = location
         self.lease_ms = int(lease_s * 1000)
         self.holder = holder or instance_name()
+        self.name = name
         self.epoch: int | None = None
-        self._db = Database(location, filename=FILENAME, schema=PG_SCHEMA)
-        self._db.script(SCHEMA)
-        self._guard = threading.Lock()  # the heartbeat thread and the stopping one
+        self._owns_db = shared is None
+        if shared is None:
+            # The heartbeat thread and the stopping one share the connection.
+            shared = (Database(location, filename=FILENAME, schema=PG_SCHEMA), threading.Lock())
+            shared[0].script(SCHEMA)
+        self._db, self._guard = shared
 
     def close(self) -> None:
-        with self._guard:
-            self._db.close()
+        if self._owns_db:
+            with self._guard:
+                self._db.close()
 
     # ------------------------------------------------------------------ taking the lead
 
@@ -88,17 +102,20 @@ class Lease:
             db.execute(
                 "INSERT INTO leader (name, holder, epoch, expires_ms) VALUES (?, '', 0, 0) "
                 "ON CONFLICT DO NOTHING",
-                (LEASE,),
+                (self.name,),
             )
             row = db.execute(
                 f"UPDATE leader SET holder = ?, epoch = epoch + 1, expires_ms = {_NOW_MS} + ? "  # noqa: S608
                 f"WHERE name = ? AND expires_ms < {_NOW_MS} RETURNING epoch",
-                (self.holder, self.lease_ms, LEASE),
+                (self.holder, self.lease_ms, self.name),
             ).fetchone()
         if row is None:
             return False
         self.epoch = int(row[0])
-        log.warning("alerting lead taken", extra={"holder": self.holder, "epoch": self.epoch})
+        log.warning(
+            "alerting lead taken",
+            extra={"lease": self.name, "holder": self.holder, "epoch": self.epoch},
+        )
         return True
 
     def acquire(self, stop: threading.Event, *, poll_s: float | None = None) -> bool:
@@ -125,7 +142,7 @@ class Lease:
         with self._guard:
             row = self._db.execute(
                 f"SELECT holder, epoch, expires_ms - {_NOW_MS} FROM leader WHERE name = ?",  # noqa: S608
-                (LEASE,),
+                (self.name,),
             ).fetchone()
         return None if row is None else (str(row[0]), int(row[1]), int(row[2]))
 
@@ -139,7 +156,7 @@ class Lease:
             row = db.execute(
                 f"UPDATE leader SET expires_ms = {_NOW_MS} + ? "  # noqa: S608
                 "WHERE name = ? AND holder = ? AND epoch = ? RETURNING epoch",
-                (self.lease_ms, LEASE, self.holder, self.epoch),
+                (self.lease_ms, self.name, self.holder, self.epoch),
             ).fetchone()
         return row is not None
 
@@ -168,7 +185,7 @@ class Lease:
             with self._guard, self._db.write() as db:
                 db.execute(
                     "UPDATE leader SET expires_ms = 0 WHERE name = ? AND holder = ? AND epoch = ?",
-                    (LEASE, self.holder, self.epoch),
+                    (self.name, self.holder, self.epoch),
                 )
         except DATABASE_ERRORS as exc:
             log.warning("alerting lead not released", extra={"error": str(exc)[:300]})
@@ -180,13 +197,14 @@ class Lease:
         """Inside a write transaction of the state: LostLead unless this instance still
         leads. FOR SHARE holds a takeover back until the transaction has committed."""
         row = db.execute(
-            "SELECT holder, epoch FROM leader WHERE name = ? FOR SHARE", (LEASE,)
+            "SELECT holder, epoch FROM leader WHERE name = ? FOR SHARE", (self.name,)
         ).fetchone()
         if row is None or row[0] != self.holder or int(row[1]) != self.epoch:
             found = "none" if row is None else f"{row[0]} epoch {row[1]}"
+            what = "the alerting state" if self.name == LEASE else f"lease {self.name!r}"
             raise LostLead(
-                f"this instance ({self.holder} epoch {self.epoch}) no longer leads the "
-                f"alerting state; the lease is {found}"
+                f"this instance ({self.holder} epoch {self.epoch}) no longer leads {what}; "
+                f"the lease is {found}"
             )
 
 
