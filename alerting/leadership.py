@@ -26,6 +26,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 from anchorwatch.alerting.database import DATABASE_ERRORS, Database, StateLocation
@@ -206,6 +207,32 @@ class Lease:
                 f"this instance ({self.holder} epoch {self.epoch}) no longer leads {what}; "
                 f"the lease is {found}"
             )
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    """One lease as the state holds it: its name (``alerting`` for the whole state's lead,
+    ``verdicts-<partition>`` for a partition, ``ownership.py``), holder, epoch, and how long
+    until it expires by the database's clock (negative: expired)."""
+
+    name: str
+    holder: str
+    epoch: int
+    expires_in_ms: int
+
+
+def read_leases(location: StateLocation) -> list[LeaseRow]:
+    """Every lease of a shared state, by name (``anchorwatch alerting leases``)."""
+    db = Database(location, filename=FILENAME, schema=PG_SCHEMA, create=False)
+    try:
+        if db.execute("SELECT to_regclass('leader')").fetchone()[0] is None:
+            return []  # no instance has started on this state
+        rows = db.execute(
+            f"SELECT name, holder, epoch, expires_ms - {_NOW_MS} FROM leader ORDER BY name"  # noqa: S608
+        ).fetchall()
+    finally:
+        db.close()
+    return [LeaseRow(str(n), str(h), int(e), int(left)) for n, h, e, left in rows]
 
 
 def _monotonic_ms() -> int:

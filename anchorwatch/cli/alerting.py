@@ -176,6 +176,41 @@ def incidents(
         )
 
 
+@alerting.command("leases")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_context
+def leases(ctx: click.Context, as_json: bool) -> None:
+    """Who leads a shared alerting state (alerting.state_url): each lease with its holder
+    (host:pid:tag), epoch and the seconds until it expires ('expired': a standby takes it at
+    its next try). Reads the state; the instances may be running."""
+    import orjson
+
+    from anchorwatch.alerting.leadership import read_leases
+    from anchorwatch.alerting.settings import AlertingSettings
+
+    location = load_settings(ctx, AlertingSettings).alerting.state_location()
+    if not location.shared:
+        raise click.ClickException(
+            "the alerting state is SQLite (alerting.state_dir): one instance, no leases; "
+            "leases exist with alerting.state_url (PostgreSQL)"
+        )
+    found = read_leases(location)
+    if as_json:
+        for lease in found:
+            click.echo(orjson.dumps(
+                {"name": lease.name, "holder": lease.holder, "epoch": lease.epoch,
+                 "expires_in_s": lease.expires_in_ms / 1000, "expired": lease.expires_in_ms < 0}
+            ).decode())  # fmt: skip
+        return
+    if not found:
+        click.echo("no lease taken yet: no instance has started on this state")
+        return
+    click.echo(f"{'LEASE':<16} {'EPOCH':>6} {'EXPIRES IN':>10}  HOLDER")
+    for lease in found:
+        left = "expired" if lease.expires_in_ms < 0 else f"{lease.expires_in_ms / 1000:.1f}s"
+        click.echo(f"{lease.name:<16} {lease.epoch:>6} {left:>10}  {lease.holder}")
+
+
 def _iso(ms: int | None, *, short: bool = False) -> str:
     from datetime import UTC, datetime
 

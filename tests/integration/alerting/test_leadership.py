@@ -3,16 +3,19 @@ lease ends or it lets go, and fencing: a leader that lost the lead writes nothin
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 from pydantic import SecretStr
 
-from anchorwatch.alerting.database import StateLocation
+from anchorwatch.alerting.database import DatabaseError, StateLocation
 from anchorwatch.alerting.leadership import Lease, LostLead
 from anchorwatch.alerting.store import BatchWrite, Store
+from anchorwatch.cli import cli
 from anchorwatch.stack.postgres import PostgresDatabase
 from tests.support.alerting_store import entry, row
 
@@ -129,3 +132,51 @@ def test_keeping_the_lease_reports_its_loss_once(state: StateLocation) -> None:
 def test_a_lease_needs_the_state_in_postgresql(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="state_url"):
         Lease(StateLocation(tmp_path), lease_s=5)
+
+
+def test_the_leases_command_names_who_leads(
+    state: StateLocation, postgres_url: PostgresDatabase, tmp_path: Path
+) -> None:
+    secret = tmp_path / "password"
+    secret.write_text(postgres_url.password)
+    config = tmp_path / "anchorwatch.toml"
+    config.write_text(
+        f'[alerting]\nstate_dir = "{state.directory}"\nstate_url = "{postgres_url.url}"\n'
+        f'state_password_file = "{secret}"\n'
+    )
+
+    def leases(*args: str) -> Result:
+        return CliRunner().invoke(cli, ["--config", str(config), "alerting", "leases", *args])
+
+    # No state there yet: the error the command line prints (AnchorwatchError) says so.
+    assert isinstance(leases().exception, DatabaseError)
+    assert "has the service run there?" in str(leases().exception)
+    Store(state).close()  # a state, but no instance has taken a lease on it
+    assert leases().output.strip() == "no lease taken yet: no instance has started on this state"
+    leader = Lease(state, lease_s=30, holder="host-a:1:ab")
+    partition = Lease(state, lease_s=30, holder="host-b:2:cd", name="verdicts-3")
+    assert leader.try_acquire()
+    assert partition.try_acquire()
+    partition.release()
+    shown = [json.loads(line) for line in leases("--json").output.splitlines()]
+    assert [(s["name"], s["holder"], s["epoch"], s["expired"]) for s in shown] == [
+        ("alerting", "host-a:1:ab", 1, False),
+        ("verdicts-3", "host-b:2:cd", 1, True),
+    ]
+    assert 25 < shown[0]["expires_in_s"] <= 30
+    table = leases().output.splitlines()
+    assert table[1].split()[:2] == ["alerting", "1"]
+    assert table[1].split()[2].endswith("s")  # seconds left
+    assert table[1].endswith("host-a:1:ab")
+    assert "expired" in table[2]
+    leader.close()
+    partition.close()
+
+
+def test_the_leases_command_refuses_a_sqlite_state(tmp_path: Path) -> None:
+    config = tmp_path / "anchorwatch.toml"
+    config.write_text(f'[alerting]\nstate_dir = "{tmp_path / "state"}"\n')
+    result = CliRunner().invoke(cli, ["--config", str(config), "alerting", "leases"])
+    assert result.exit_code == 1
+    assert "SQLite" in result.output
+    assert "no leases" in result.output
