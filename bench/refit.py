@@ -5,11 +5,20 @@ consumer thread's pause per refitted type), for the rows in memory and on disk s
     .venv/bin/python bench/refit.py              # 5 types, a week of one-minute windows
     .venv/bin/python bench/refit.py --days 1 --types 20
     .venv/bin/python bench/refit.py --rows disk --types 1000 --fit-types 3   # disk at scale
+    .venv/bin/python bench/refit.py --rows memory --types 3 --shape realistic  # fit as live
+
+``--shape``: ``steady`` (the default) repeats one saw-tooth pattern, with no incidents and
+no daily rhythm, so the fit replays the history twice and finds nothing; ``realistic``
+gives each type noise at its request count, a daily wave and two 20-minute incidents, as
+live histories hold them (the fit then replays it, fits it again without the incidents
+and replays it once more: the time a refit of such a type takes).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import random
 import subprocess
 import sys
 import tempfile
@@ -42,12 +51,16 @@ def run(kind: str, rows: WindowRows, args: argparse.Namespace, disk: StoredRows 
     rss_before = process.memory_info().rss
     started = time.perf_counter()
     added = 0
+    rngs = [random.Random(t) for t in range(args.types)]
     for i in range(n):
         for t in range(args.types):
+            count, mean = 50 + i % 97, 0.3 + (i % 13) / 100
+            if args.shape == "realistic":
+                mean = realistic_mean(rngs[t], i, count)
             history.add(template.model_copy(update={
                 "doc_type": f"type-{t:05d}", "window_start_ms": T0 + i * MINUTE,
-                "window_end_ms": T0 + (i + 1) * MINUTE, "request_count": 50 + i % 97,
-                "mean_drift": 0.3 + (i % 13) / 100,
+                "window_end_ms": T0 + (i + 1) * MINUTE, "request_count": count,
+                "mean_drift": mean,
             }))  # fmt: skip
             added += 1
             if added % BATCH == 0:
@@ -91,18 +104,35 @@ def run(kind: str, rows: WindowRows, args: argparse.Namespace, disk: StoredRows 
     )
 
 
+#: The minutes of the day at which a realistic history's incidents (20 minutes, +0.25)
+#: start, on its second and fifth day.
+INCIDENTS = (1440 + 600, 4 * 1440 + 900)
+
+
+def realistic_mean(rng: random.Random, i: int, count: int) -> float:
+    """Minute ``i``'s mean drift over ``count`` requests: a daily wave around 0.3, the
+    requests' noise (sd 0.06 each), and the incidents."""
+    level = 0.3 + 0.05 * math.sin(2 * math.pi * (i % 1440) / 1440)
+    if any(start <= i < start + 20 for start in INCIDENTS):
+        level += 0.25
+    return min(1.0, max(0.0, rng.gauss(level, 0.06 / math.sqrt(count))))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--types", type=int, default=5)
     parser.add_argument("--fit-types", type=int, default=5, help="types gathered and fitted")
     parser.add_argument("--rows", choices=("memory", "disk", "both"), default="both")
+    parser.add_argument(
+        "--shape", choices=("steady", "realistic"), default="steady", help="see the doc"
+    )
     args = parser.parse_args()
     if args.rows == "both":
         # Each in a process of its own: memory one run freed would be reused by the next.
         for kind in ("memory", "disk"):
             argv = ["--days", str(args.days), "--types", str(args.types)]
-            argv += ["--fit-types", str(args.fit_types), "--rows", kind]
+            argv += ["--fit-types", str(args.fit_types), "--rows", kind, "--shape", args.shape]
             subprocess.run([sys.executable, __file__, *argv], check=True)
         return
     if args.rows == "memory":

@@ -41,7 +41,9 @@ POLICY_LAYERS = (
     "incident_types",
     "evidence",
     "spikes",
+    "quiet",
     "incidents",
+    "sigma",
     "fitting",
     "refit",
 )

@@ -87,13 +87,37 @@ def cusum_step(
     is clipped at ``SPIKY_CLIP`` references: a window counts no more than one that
     high, so a sustained rise still pools within a few windows and a lone spike
     cannot."""
-    margin = baseline.threshold - baseline.center
+    return cusum_at(
+        policy,
+        cusum,
+        baseline,
+        (baseline.center, baseline.threshold),
+        window.request_count,
+        window.mean_drift,
+        spiky=spiky,
+    )
+
+
+def cusum_at(
+    policy: PolicyConfig,
+    cusum: float,
+    baseline: Baseline,
+    at: tuple[float, float],
+    request_count: int,
+    mean: float,
+    *,
+    spiky: bool = False,
+) -> float:
+    """``cusum_step`` for a window of ``request_count`` requests and ``mean``, with the
+    center and threshold ``at`` the window (``figures_at``: no copy of the baseline)."""
+    center, threshold = at
+    margin = threshold - center
     if margin <= 0:
         return 0.0
-    se = max(spread_at(baseline, window.request_count), MIN_SPREAD)
+    se = max(spread_at(baseline, request_count), MIN_SPREAD)
     phi = baseline.autocorrelation or 0.0
     discount = math.sqrt((1.0 - phi) / (1.0 + phi))
-    z = (window.mean_drift - baseline.center) / se
+    z = (mean - center) / se
     reference = policy.pooling_shift * margin / se / 2.0
     if spiky:
         z = min(z, SPIKY_CLIP * reference)
@@ -124,24 +148,51 @@ def step_up(
     breach. Series that never repeat a mean exactly (anything with noise) never hold,
     so this never judges them. Both limits grow with the sensitivity (the margin)."""
     mean = window.mean_drift
-    base = st.step_from
+    base = step_base(st, mean)
+    hold(st, mean)
+    margin = judgement.threshold - baseline.center
+    stepped = steps(rule, base, mean, baseline.center, margin, conclusive)
+    # A judged window that is no step ends it; a window too small to judge does not.
+    st.step_from = base if stepped or not conclusive else None
+    return stepped
+
+
+def step_base(st: RunState, mean: float) -> float | None:
+    """The level a step up to ``mean`` is measured from (``st`` unchanged): the one a step
+    already under way left, or the level just held, when ``mean`` ends the hold."""
+    if (
+        st.held_mean is not None
+        and not same_mean(mean, st.held_mean)
+        and st.held_run >= HOLD_WINDOWS
+    ):
+        return st.held_mean
+    return st.step_from
+
+
+def hold(st: RunState, mean: float) -> None:
+    """Count ``mean`` into the level the type holds."""
     if same_mean(mean, st.held_mean):
         st.held_run += 1
     else:
-        if st.held_mean is not None and st.held_run >= HOLD_WINDOWS:
-            base = st.held_mean
         st.held_mean, st.held_run = mean, 1
-    margin = judgement.threshold - baseline.center
-    stepped = (
+
+
+def steps(
+    rule: RuleConfig,
+    base: float | None,
+    mean: float,
+    center: float,
+    margin: float,
+    conclusive: bool,
+) -> bool:
+    """Whether ``mean`` is a step up from ``base`` (see ``step_up``)."""
+    return (
         base is not None
         and conclusive
         and margin > 0
         and mean - base > margin
-        and mean > baseline.center + rule.recovery_share * margin
+        and mean > center + rule.recovery_share * margin
     )
-    # A judged window that is no step ends it; a window too small to judge does not.
-    st.step_from = base if stepped or not conclusive else None
-    return stepped
 
 
 def step_up_reason(st: RunState, baseline: Baseline, judgement: Judgement, mean: float) -> Reason:

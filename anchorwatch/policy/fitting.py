@@ -10,7 +10,7 @@ For each type, over its windows (request count n_i, mean drift m_i):
   then strays by ``spread * sqrt(typical / n)`` (see ``spread_at``): busy and sparse windows of
   the same type are judged on the same footing. Median and MAD ignore the incidents and
   data-quality faults the history holds, as long as they cover under half of it. The
-  history's upper tail and its value grid bound sigma from below (``_request_sigma``), and
+  history's upper tail and its value grid bound sigma from below (``sigma.request_sigma``), and
   a short or correlated history widens it to a prediction interval on its effective number
   of windows (``spread_inflation``);
 - ``autocorrelation``: the phi of the AR(1) series whose sums of neighbouring windows vary
@@ -35,8 +35,8 @@ type and let it go again (``anchorwatch baseline pin``).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
-import itertools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -54,15 +54,13 @@ from anchorwatch.policy.series import (
     equivalent_autocorrelation,
     long_run_ratio,
     median,
-    normal_quantile,
     quantile,
-    robust_sigma,
     spread_inflation,
-    sustained_marks,
 )
+from anchorwatch.policy.sigma import TAIL_WINDOWS, grid_sigma, request_sigma, residuals
 from anchorwatch.policy.spikes import MIN_SPIKE_WINDOWS
 from anchorwatch.policy.tail import MIN_SPIKES, spike_record, spikes
-from anchorwatch.policy.window import DAY_MS, MIN_SPREAD, baseline_at, center_at
+from anchorwatch.policy.window import DAY_MS, MIN_SPREAD, centers_at, centers_of
 
 
 @dataclass(frozen=True)
@@ -112,10 +110,13 @@ def fit_baseline(
         return first
     # The first fit's record holds its single-window spikes only: incidents of three
     # windows or more in the history must not pass for the type's ordinary spikes.
-    spiky = _with_record(ws, first.baseline, policy, lengths=MIN_SPIKE_WINDOWS)
+    record = _spike_record(ws, first.baseline, policy)
+    spiky = _with_record(ws, first.baseline, policy, lengths=MIN_SPIKE_WINDOWS, record=record)
     spans = excursions(doc_type, ws, spiky, policy)
-    kept = [w for w in ws if not any(a <= w.window_start_ms < b for a, b in spans)]
-    if not spans or 2 * len(kept) < len(ws):
+    if not spans:  # the first fit stands, and so does its record
+        return _budgeted(ws, ws, spans, first, policy, record=record)
+    kept = _outside(ws, spans)
+    if 2 * len(kept) < len(ws):
         return _budgeted(ws, kept, spans, first, policy)
     second = _fit_once(doc_type, kept, policy, **kw)
     note = (
@@ -124,6 +125,17 @@ def fit_baseline(
     )
     notes = (*second.notes, *(once if repeated else ()), note)
     return _budgeted(ws, kept, spans, FitResult(second.baseline, notes), policy)
+
+
+def _outside(
+    ws: Sequence[WindowAggregate], spans: Sequence[tuple[int, int]]
+) -> list[WindowAggregate]:
+    """The windows of ``ws`` (in time order) that start in none of ``spans`` ([start, end))."""
+    starts = [w.window_start_ms for w in ws]
+    inside: set[int] = set()
+    for a, b in spans:  # the windows starting in [a, b): a run of ws, found by bisection
+        inside.update(range(bisect.bisect_left(starts, a), bisect.bisect_left(starts, b)))
+    return [w for i, w in enumerate(ws) if i not in inside]
 
 
 def one_per_start(windows: Iterable[WindowAggregate]) -> tuple[list[WindowAggregate], int]:
@@ -177,25 +189,36 @@ def _with_record(
     policy: PolicyConfig,
     *,
     lengths: int | None = None,
+    record: list[float] | None = None,
 ) -> Baseline:
     """``baseline`` with the spike record of ``ws`` (see ``tail.spike_record``), read at a
     risk per window of the page budget over a week's windows; with ``lengths``, every
-    length up to it held to the single windows' record (a record of single spikes)."""
+    length up to it held to the single windows' record (a record of single spikes).
+    ``record``: ``_spike_record(ws, baseline, policy)``, when already worked out."""
     if not ws:  # every window inside an excursion: no ordinary spike to learn
         return baseline.model_copy(update={"page_budget": policy.page_budget})
+    if record is None:
+        record = _spike_record(ws, baseline, policy)
+    if lengths is not None:
+        record = [record[0]] * lengths
+    return baseline.model_copy(update={"spike_record": record, "page_budget": policy.page_budget})
+
+
+def _spike_record(
+    ws: Sequence[WindowAggregate], baseline: Baseline, policy: PolicyConfig
+) -> list[float]:
+    """The spike record ``_with_record`` gives ``baseline`` on ``ws`` (not empty)."""
     size = max(ws[0].window_end_ms - ws[0].window_start_ms, 1)
     risk = policy.page_budget * size / WEEK_MS
-    residuals = _slot_residuals(ws, baseline)
+    by_slot = _slot_residuals(ws, baseline)
     margin = baseline.threshold - baseline.center
     # A history that shows few spikes above the threshold keeps a record that holds none
     # (capped at the margin): a handful are as likely the incidents a history holds as
     # its habits.
-    record = spike_record(residuals, risk, margin)
-    if spikes(residuals, margin) < MIN_SPIKES:
+    record = spike_record(by_slot, risk, margin)
+    if spikes(by_slot, margin) < MIN_SPIKES:
         record = [min(r, margin) for r in record]
-    if lengths is not None:
-        record = [record[0]] * lengths
-    return baseline.model_copy(update={"spike_record": record, "page_budget": policy.page_budget})
+    return record
 
 
 #: How far each replay that pages beyond the budget widens the margins, and how often.
@@ -211,9 +234,11 @@ def _budgeted(
     spans: Sequence[tuple[int, int]],
     fitted: FitResult,
     policy: PolicyConfig,
+    *,
+    record: list[float] | None = None,
 ) -> FitResult:
-    """The fitted baseline with its spike record, and its thresholds raised until the
-    history's replay keeps the page budget.
+    """The fitted baseline with its spike record (``record``: when already worked out on
+    ``kept``), and its thresholds raised until the history's replay keeps the page budget.
 
     The record (``_with_record``) is read on the windows the fit kept, conclusive ones
     only. The replay runs the policy over the whole history, ordinary highs
@@ -222,7 +247,7 @@ def _budgeted(
     ``BUDGET_STEPS`` times); ``FORGIVEN_PAGES`` more are allowed. A history shorter than a
     week can say no more: the record, read past it on its Pareto tail, carries the rest."""
     size = max(ws[0].window_end_ms - ws[0].window_start_ms, 1)
-    base = recorded = _with_record(kept, fitted.baseline, policy)
+    base = recorded = _with_record(kept, fitted.baseline, policy, record=record)
     weeks = max(base.history_end_ms - base.history_start_ms, size) / WEEK_MS
     # A few pages are forgiven however short the history: they are as likely incidents the
     # first fit's replay let through (a history holds them) as ordinary highs, which page
@@ -263,11 +288,10 @@ def _slot_residuals(ws: Sequence[WindowAggregate], baseline: Baseline) -> list[f
     size = max(ws[0].window_end_ms - ws[0].window_start_ms, 1)
     first = ws[0].window_start_ms
     out: list[float | None] = [None] * ((ws[-1].window_start_ms - first) // size + 1)
-    for w in ws:
-        if w.request_count >= baseline.min_requests:
-            out[(w.window_start_ms - first) // size] = (
-                w.mean_drift - baseline_at(baseline, w.window_start_ms).center
-            )
+    judged = [w for w in ws if w.request_count >= baseline.min_requests]
+    centers = centers_of(baseline, [w.window_start_ms for w in judged])
+    for w, center in zip(judged, centers, strict=True):
+        out[(w.window_start_ms - first) // size] = w.mean_drift - center
     return out
 
 
@@ -344,7 +368,10 @@ def _fit_once(
             status="insufficient_history",
             center=median(means) if ws else 0.0,
             spread=(
-                _request_sigma(ws, median(means), policy) / math.sqrt(median(counts)) if ws else 0.0
+                request_sigma(ws, [median(means)] * len(ws), grid_sigma(ws), policy)
+                / math.sqrt(median(counts))
+                if ws
+                else 0.0
             ),
             p95=quantile(means, 0.95) if ws else 0.0,
             p99=quantile(means, 0.99) if ws else 0.0,
@@ -358,9 +385,15 @@ def _fit_once(
     center = median(means)
     typical = median(counts)
     hourly = hourly_centers(ws, center, policy, notes)
-    sigma = _request_sigma(ws, center, policy)
+    # Each window's center (flat, by the hour, by the day of the week too) and the grid
+    # the means sit on, for the estimates below: worked out once each.
+    starts = [w.window_start_ms for w in ws]
+    grid = grid_sigma(ws)
+    centers = [center] * len(ws)
+    sigma = request_sigma(ws, centers, grid, policy)
     if hourly is not None:
-        seasonal_sigma = _request_sigma(ws, center, policy, hourly)
+        seasonal = centers_at(center, hourly, None, starts)
+        seasonal_sigma = request_sigma(ws, seasonal, grid, policy)
         if policy.seasonality == "auto" and seasonal_sigma > (1 - policy.seasonal_min_gain) * sigma:
             notes.append(
                 f"seasonality not used: the hourly profile narrows the spread by only "
@@ -370,10 +403,11 @@ def _fit_once(
             )
             hourly = None
         else:
-            sigma = seasonal_sigma
+            sigma, centers = seasonal_sigma, seasonal
     weekday = weekday_offsets(ws, center, hourly, policy, notes)
     if weekday is not None:
-        sigma = _request_sigma(ws, center, policy, hourly, weekday)
+        centers = centers_at(center, hourly, weekday, starts)
+        sigma = request_sigma(ws, centers, grid, policy)
     phi = equivalent_autocorrelation(long_run_ratio(ws, center, hourly, weekday))
     effective = effective_windows(len(ws), phi)
     inflation = spread_inflation(effective, policy.sensitivity)
@@ -398,7 +432,7 @@ def _fit_once(
     min_requests = (
         _min_requests(typical, spread, room, policy) if room > 0 else policy.min_requests_floor
     )
-    highest, allowance = _beyond_history(ws, center, hourly, weekday)
+    highest, allowance = _beyond_history(ws, centers)
     extreme = clip(max(critical, center + highest + max(allowance, threshold - center)))
     baseline = Baseline(
         **common,
@@ -492,65 +526,7 @@ def fit_baselines(
     return results
 
 
-def _residuals(
-    ws: Sequence[WindowAggregate],
-    center: float,
-    hourly: Sequence[float] | None = None,
-    weekday: Sequence[float] | None = None,
-    *,
-    scaled: bool = True,
-) -> list[float]:
-    """Window residuals, mean - center (the hour's center when seasonal), on the
-    per-request scale (x sqrt(n)) unless ``scaled`` is False."""
-    return [
-        (w.mean_drift - center_at(center, hourly, weekday, w.window_start_ms))
-        * (math.sqrt(w.request_count) if scaled else 1.0)
-        for w in ws
-    ]
-
-
-def _request_sigma(
-    ws: Sequence[WindowAggregate],
-    center: float,
-    policy: PolicyConfig,
-    hourly: Sequence[float] | None = None,
-    weekday: Sequence[float] | None = None,
-) -> float:
-    """Per-request sigma from window residuals scaled by sqrt(n) (see the module doc).
-
-    The larger of two estimates, so neither a collapsed MAD nor a heavy upper tail makes
-    ordinary windows look extraordinary:
-
-    - the MAD of the residuals (robust: incidents in the history do not widen it);
-    - what the history's upper tail implies: the ``tail_quantile`` of the residuals over
-      the normal quantile. Isolated spikes stay in (they are part of normal operation);
-      sustained excursions (``SUSTAINED`` windows in a row beyond 3 MAD sigmas, the shape of
-      an incident) are left out. Flat or quantised histories whose MAD is zero get their
-      spread from here, or at least from the grid their values sit on.
-    """
-    ordered = sorted(ws, key=lambda w: w.window_start_ms)
-    scaled = _residuals(ordered, center, hourly, weekday)
-    mad_sigma = robust_sigma(scaled)
-    grid = _grid_sigma(ordered)
-    cut = 3.0 * max(mad_sigma, grid, MIN_SPREAD)
-    marks = sustained_marks(scaled, cut)
-    kept = [r for r, excursion in zip(scaled, marks, strict=True) if not excursion]
-    # A quantile is only as good as the windows beyond it: at least TAIL_WINDOWS of them.
-    level = min(policy.tail_quantile, 1.0 - TAIL_WINDOWS / max(len(kept), 1))
-    if kept and level > 0.5:
-        tail = quantile(sorted(kept), level)
-        tail_sigma = max(tail, 0.0) / normal_quantile(level)
-    else:
-        tail_sigma = 0.0
-    return max(mad_sigma, tail_sigma, grid)
-
-
-def _beyond_history(
-    ws: Sequence[WindowAggregate],
-    center: float,
-    hourly: Sequence[float] | None,
-    weekday: Sequence[float] | None = None,
-) -> tuple[float, float]:
+def _beyond_history(ws: Sequence[WindowAggregate], centers: Sequence[float]) -> tuple[float, float]:
     """The history's highest window (above the center) and how far above it a new window
     must be to be beyond anything the history showed.
 
@@ -562,7 +538,7 @@ def _beyond_history(
     (a rise that matters), so heavy or skewed tails, with wide gaps, keep their own spikes
     below it. All windows count, small ones too: a sparse type's noisy single windows set
     it high."""
-    top = sorted(_residuals(ws, center, hourly, weekday, scaled=False))[-(TAIL_WINDOWS + 1) :]
+    top = sorted(residuals(ws, centers, scaled=False))[-(TAIL_WINDOWS + 1) :]
     if len(top) < 2:
         return (top[-1] if top else 0.0), 0.0
     gap = sum(top[1:]) / (len(top) - 1) - top[0]
@@ -572,16 +548,3 @@ def _beyond_history(
 #: Gaps of the history's top windows by which a single window must top its highest to be
 #: beyond it: exp(-4.6) ~ 1/100.
 EXTREME_SPACINGS = 4.6
-#: The fewest windows beyond the tail quantile that the tail estimate rests on.
-TAIL_WINDOWS = 10
-
-
-def _grid_sigma(ws: Sequence[WindowAggregate]) -> float:
-    """A quantised history (values on a grid, e.g. 0.01) cannot resolve changes below its
-    step: half a step, on the per-request scale, is the least spread it can claim."""
-    values = sorted({round(w.mean_drift, 9) for w in ws})
-    steps = [b - a for a, b in itertools.pairwise(values) if b - a > 1e-9]
-    if not steps:
-        return 0.0
-    counts = sorted(w.request_count for w in ws)
-    return 0.5 * min(steps) * math.sqrt(counts[len(counts) // 2])

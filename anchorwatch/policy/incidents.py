@@ -39,7 +39,7 @@ spike gating (a run within the type's ordinary spikes is not paged, one that bre
 record opens at once, a type paging ``storm_after`` times a day keeps one noisy incident) in
 ``spikes``; the level test and moved baseline of ``_adapt`` and ``_settle`` in
 ``adaptation``; the records emitted and kept, and the drift events made of them, in
-``incident_types``.
+``incident_types``; the shortcut for the windows that change next to nothing in ``quiet``.
 
 Incident ids hash (policy version, rule, doc type, start of the opening window): the alerting
 service can post and ticket idempotently.
@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
+from operator import attrgetter
 from typing import Any
 
 from anchorwatch.contracts import Baseline, BaselinePin, Reason, WindowAggregate
@@ -70,6 +71,7 @@ from anchorwatch.policy.incident_types import (
     run_record,
     run_state,
 )
+from anchorwatch.policy.quiet import quiet_window
 from anchorwatch.policy.spikes import (
     RECORD,
     USUAL_SPIKE,
@@ -83,6 +85,9 @@ from anchorwatch.policy.window import DAY_MS, Judgement, baseline_at, judge_wind
 
 class IncidentTracker:
     """Incident state for every (doc type, rule) of a policy."""
+
+    #: Windows that change next to nothing take a shortcut (``quiet``; off: the full path).
+    quiet_windows = True
 
     def __init__(
         self,
@@ -145,6 +150,12 @@ class IncidentTracker:
             if st.last_slot_ms is not None and window.window_start_ms <= st.last_slot_ms:
                 continue
             st.size_ms = window.window_end_ms - window.window_start_ms
+            # The shortcut (``quiet``) for a type judged by its own baseline, unpinned.
+            own = window.doc_type not in self._adapted and window.doc_type not in self._pins
+            stored = self._baselines.get(window.doc_type) if own and self.quiet_windows else None
+            if quiet_window(self.policy, rule, st, stored, window, judgement):
+                st.last_slot_ms = window.window_start_ms
+                continue
             if st.last_slot_ms is not None:
                 changes += self._silence(window.doc_type, rule, st, window.window_start_ms)
             slot = self._judge(rule, st, window, judgement)
@@ -174,7 +185,7 @@ class IncidentTracker:
 
     def replay(self, windows: Iterable[WindowAggregate]) -> list[IncidentChange]:
         """Feed windows in event-time order (sorted here by window start)."""
-        ordered = sorted(windows, key=lambda w: (w.window_start_ms, w.doc_type))
+        ordered = sorted(windows, key=attrgetter("window_start_ms", "doc_type"))
         changes: list[IncidentChange] = []
         for w in ordered:
             changes += self.observe(w)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from anchorwatch.contracts import WindowAggregate
 from anchorwatch.policy.config import PolicyConfig
 from anchorwatch.policy.series import clip, median
-from anchorwatch.policy.window import DAY_MS, HOUR_MS, center_at, day_of_week, hour_of_day
+from anchorwatch.policy.window import DAY_MS, HOUR_MS, centers_at, day_of_week, hour_of_day
 
 
 def hourly_centers(
@@ -30,11 +30,15 @@ def hourly_centers(
     by_hour: dict[int, list[float]] = defaultdict(list)
     by_day: dict[tuple[int, int], list[float]] = defaultdict(list)
     days: dict[int, set[int]] = defaultdict(set)
+    # Grouped by the hour they start in first (one dict lookup a window), then by hour of
+    # day and day: an hour's windows in the order they came, as the medians need no other.
+    by_clock_hour: dict[int, list[float]] = defaultdict(list)
     for w in ws:
-        hour = hour_of_day(w.window_start_ms)
-        day = w.window_start_ms // DAY_MS
-        by_hour[hour].append(w.mean_drift)
-        by_day[(hour, day)].append(w.mean_drift)
+        by_clock_hour[w.window_start_ms // HOUR_MS].append(w.mean_drift)
+    for clock_hour, means in by_clock_hour.items():
+        hour, day = hour_of_day(clock_hour * HOUR_MS), clock_hour // 24
+        by_hour[hour].extend(means)
+        by_day[(hour, day)] = means
         days[hour].add(day)
 
     def needed(hour: int) -> int:
@@ -73,22 +77,23 @@ def weekday_offsets(
     day of the week seen that often."""
     if policy.seasonality == "off" or not ws:
         return None
-    by_date: dict[int, list[float]] = defaultdict(list)
-    for w in ws:
-        by_date[w.window_start_ms // DAY_MS].append(
-            w.mean_drift - center_at(center, hourly, None, w.window_start_ms)
-        )
+    # The dates first (in the order they come): most histories are too short to go on.
+    seen = dict.fromkeys(w.window_start_ms // DAY_MS for w in ws)
     dates: dict[int, list[int]] = defaultdict(list)
-    for date in by_date:
+    for date in seen:
         dates[day_of_week(date * DAY_MS)].append(date)
     fewest = min(len(dates[d]) for d in range(7))
     if fewest < policy.weekly_min_weeks:
-        if (max(by_date) - min(by_date) + 1) >= 7 * policy.weekly_min_weeks:
+        if (max(seen) - min(seen) + 1) >= 7 * policy.weekly_min_weeks:
             notes.append(
                 f"weekly cycle off: every day of the week needs {policy.weekly_min_weeks} "
                 f"days of history; one has {fewest}"
             )
         return None
+    by_date: dict[int, list[float]] = defaultdict(list)
+    starts = [w.window_start_ms for w in ws]
+    for w, at in zip(ws, centers_at(center, hourly, None, starts), strict=True):
+        by_date[w.window_start_ms // DAY_MS].append(w.mean_drift - at)
     per_date = {date: median(values) for date, values in by_date.items()}
     offsets = [median([per_date[x] for x in dates[d]]) for d in range(7)]
     weights = agreement_weights(offsets, [[per_date[x] for x in dates[d]] for d in range(7)])

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from statistics import NormalDist
 
 from anchorwatch.contracts import WindowAggregate
-from anchorwatch.policy.window import center_at
+from anchorwatch.policy.window import centers_at
 
 
 def clip(value: float) -> float:
@@ -35,10 +35,11 @@ def quantile(ordered: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-def robust_sigma(values: Sequence[float]) -> float:
+def robust_sigma(values: Sequence[float], mid: float | None = None) -> float:
     """1.4826 x the median absolute deviation from the median: the standard deviation for
-    normal data, unmoved by a minority of outliers."""
-    mid = median(values)
+    normal data, unmoved by a minority of outliers. ``mid``: the median, when known."""
+    if mid is None:
+        mid = median(values)
     return MAD_TO_SIGMA * median([abs(v - mid) for v in values])
 
 
@@ -73,9 +74,10 @@ def _winsorised_residuals(
     or hide a correlation) and centred on their mean. Sustained excursions (``SUSTAINED``
     windows in a row beyond 3 MAD sigmas either way: the incidents and outages a history
     holds) are None: a 10-minute incident is not the type's normal correlation."""
-    res = [w.mean_drift - center_at(center, hourly, weekday, w.window_start_ms) for w in ordered]
+    centers = centers_at(center, hourly, weekday, [w.window_start_ms for w in ordered])
+    res = [w.mean_drift - c for w, c in zip(ordered, centers, strict=True)]
     mid = median(res)
-    sigma = robust_sigma(res)
+    sigma = robust_sigma(res, mid)
     scale = max(4.0 * sigma, 1e-9)
     res = [min(scale, max(-scale, r - mid)) for r in res]
     marks = sustained_marks([abs(r) for r in res], max(3.0 * sigma, 1e-9))
@@ -98,7 +100,12 @@ def autocorrelation(
     ordered = sorted(ws, key=lambda w: w.window_start_ms)
     if len(ordered) < 3:
         return 0.0
-    dev = _winsorised_residuals(ordered, center, hourly, weekday)
+    return _lag1(ordered, _winsorised_residuals(ordered, center, hourly, weekday))
+
+
+def _lag1(ordered: Sequence[WindowAggregate], dev: Sequence[float | None]) -> float:
+    """``autocorrelation`` of ``ordered`` (three windows or more) from their winsorised
+    residuals ``dev``."""
     kept = [d for d in dev if d is not None]
     var = sum(d * d for d in kept)
     if var <= 0:
@@ -153,11 +160,12 @@ def long_run_ratio(
     means), and that figure is used when it exceeds the lag-1 one by more than twice its
     own sampling error: independent types keep a ratio of 1."""
     ordered = sorted(ws, key=lambda w: w.window_start_ms)
-    ar1 = autocorrelation(ordered, center, hourly, weekday)
-    lag1 = (1.0 + ar1) / (1.0 - ar1)
     if len(ordered) < 3:
-        return lag1
+        return 1.0  # no pairs: independent (lag-1 autocorrelation 0)
+    # The residuals autocorrelation() would work out, once for both figures.
     dev = _winsorised_residuals(ordered, center, hourly, weekday)
+    ar1 = _lag1(ordered, dev)
+    lag1 = (1.0 + ar1) / (1.0 - ar1)
     kept = [d for d in dev if d is not None]
     var = sum(d * d for d in kept) / max(len(kept), 1)
     size = max(ordered[0].window_end_ms - ordered[0].window_start_ms, 1)

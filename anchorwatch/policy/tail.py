@@ -98,12 +98,9 @@ def fit_pareto(values: Sequence[float], level: float = TAIL_LEVEL) -> Pareto | N
 def sustained(residuals: Sequence[float | None], k: int) -> list[float]:
     """For every run of ``k`` neighbouring windows (None breaks a run: a window left out),
     the lowest of them: the level the series held for k windows."""
-    out = []
-    for i in range(len(residuals) - k + 1):
-        run = residuals[i : i + k]
-        if all(r is not None for r in run):
-            out.append(min(r for r in run if r is not None))
-    return out
+    # Every run as a tuple of k neighbours, zipped from k shifted views of the series.
+    runs = zip(*(residuals[j:] for j in range(k)), strict=False)
+    return [min(run) for run in runs if None not in run]
 
 
 def tail_level(values: Sequence[float], risk: float) -> float | None:

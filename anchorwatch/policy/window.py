@@ -112,20 +112,80 @@ def center_at(
     return value
 
 
+def centers_at(
+    center: float,
+    hourly: Sequence[float] | None,
+    weekday: Sequence[float] | None,
+    starts: Sequence[int],
+) -> list[float]:
+    """``center_at`` of each window start in ``starts``. It depends on the time of day (and
+    the day of the week, with weekday offsets) alone, so each is worked out once: a week of
+    one-minute windows holds 1,440 times of day, and the fit needs every window's center
+    several times."""
+    if not hourly and not weekday:
+        return [center] * len(starts)
+    period = 7 * DAY_MS if weekday else DAY_MS  # the time of day, and of the week
+    known: dict[int, float] = {}
+    out = []
+    for start in starts:
+        key = start % period
+        value = known.get(key)
+        if value is None:
+            value = known[key] = center_at(center, hourly, weekday, start)
+        out.append(value)
+    return out
+
+
+def centers_of(baseline: Baseline, starts: Sequence[int]) -> list[float]:
+    """``baseline_at(baseline, start).center`` of each window start in ``starts``."""
+    if (baseline.hourly_center is None and baseline.weekday_offset is None) or (
+        baseline.status != "fitted"
+    ):
+        return [baseline.center] * len(starts)
+    return centers_at(baseline.center, baseline.hourly_center, baseline.weekday_offset, starts)
+
+
+#: A baseline's figures that move with its center: center, threshold, critical threshold,
+#: extreme threshold (see ``baseline_at``).
+Figures = tuple[float, float, float, float | None]
+
+
+def figures_of(baseline: Baseline) -> Figures:
+    return (
+        baseline.center,
+        baseline.threshold,
+        baseline.critical_threshold,
+        baseline.extreme_threshold,
+    )
+
+
+def figures_at(baseline: Baseline, window_start_ms: int, figures: Figures | None = None) -> Figures:
+    """``baseline_at(baseline, window_start_ms)``'s figures without the copy of the record
+    (the per-window paths need only these); ``figures``: moved from these instead of the
+    baseline's own (as ``baseline_at`` of a baseline it already moved does)."""
+    hourly, weekday = baseline.hourly_center, baseline.weekday_offset
+    held = figures if figures is not None else figures_of(baseline)
+    if (hourly is None and weekday is None) or baseline.status != "fitted":
+        return held
+    center, threshold, critical, extreme = held
+    moved = center_at(center, hourly, weekday, window_start_ms)
+    offset = moved - center
+    threshold = min(1.0, max(0.0, threshold + offset))
+    critical = max(threshold, min(1.0, max(0.0, critical + offset)))
+    if extreme is not None:
+        extreme = max(critical, min(1.0, max(0.0, extreme + offset)))
+    return moved, threshold, critical, extreme
+
+
 def baseline_at(baseline: Baseline, window_start_ms: int) -> Baseline:
     """The baseline as it applies to the window starting at ``window_start_ms``: with an
     hourly profile or weekday offsets, center and thresholds move with the center there
     (see ``center_at``; the margins stay)."""
-    hourly, weekday = baseline.hourly_center, baseline.weekday_offset
-    if (hourly is None and weekday is None) or baseline.status != "fitted":
+    if (baseline.hourly_center is None and baseline.weekday_offset is None) or (
+        baseline.status != "fitted"
+    ):
         return baseline
-    center = center_at(baseline.center, hourly, weekday, window_start_ms)
-    offset = center - baseline.center
-    threshold = min(1.0, max(0.0, baseline.threshold + offset))
-    critical = max(threshold, min(1.0, max(0.0, baseline.critical_threshold + offset)))
-    extreme = baseline.extreme_threshold
-    if extreme is not None:
-        extreme = max(critical, min(1.0, max(0.0, extreme + offset)))
+    center, threshold, critical, extreme = figures_at(baseline, window_start_ms)
     return baseline.model_copy(
         update={
             "center": center,
