@@ -265,7 +265,10 @@ class IncidentTracker:
                     judgement = mine
                 small = window.request_count < judgement.min_requests
             elif judgement is None or window.doc_type in self._adapted:
-                judgement = judge_window(window, baseline, self._static[rule.name])
+                # The stored baseline: judge_window moves it to the window itself, as the
+                # job does (a moved one would take a weekday offset twice).
+                judged = stored if baseline is not None else None
+                judgement = judge_window(window, judged, self._static[rule.name])
         else:
             judgement = judge_window(window, None, self._static[rule.name])
 

@@ -54,12 +54,8 @@ def quiet_window(
     at = figures_at(stored, start)  # the baseline the full path judges with (baseline_at)
     center = at[0]
     if judgement is None:
-        # judge_window's threshold: it moves the baseline it is given (already moved) once
-        # more. With an hourly profile the center there does not depend on the center moved
-        # from (seasonal_center), so the threshold moves by 0.0 and stays: only weekday
-        # offsets without a profile move it again.
-        limit = at[1] if stored.hourly_center else figures_at(stored, start, at)[1]
-        min_requests = stored.min_requests
+        # judge_window's threshold: the stored baseline moved to the window, as here.
+        limit, min_requests = at[1], stored.min_requests
     elif judgement.breach_level != "none":
         return False
     else:

@@ -129,10 +129,11 @@ def test_a_pin_on_the_baseline_takes_the_full_path() -> None:
     assert quick.export_state() == full.export_state()
 
 
-def test_weekday_offsets_without_a_profile_are_judged_as_the_full_path_judges() -> None:
-    """Without an hourly profile, the tracker's own judgement moves a weekday offset twice
-    (``judge_window`` moves the baseline it is given, already moved): on a Monday (-0.02)
-    the threshold it judges by is 0.33, not 0.35. A window at 0.34 is no quiet window."""
+def test_weekday_offsets_without_a_profile_are_judged_once_as_the_job_judges() -> None:
+    """The tracker's own judgement (no job verdict, or an adapted type) moves a weekday
+    offset once, as ``judge_window`` on the stored baseline does for the job: on a Monday
+    (-0.02) the threshold is 0.35, not 0.33 (moved twice). Windows at 0.34 then breach
+    nothing; three of them open an incident on pooled evidence alone, on both paths."""
     stored = fitted_baseline(t0=T0, threshold=0.37, weekday_offset=[-0.02, 0, 0, 0, 0, 0, 0])
     means = [0.28] * 10 + [0.34] * 3 + [0.28] * 10
     ws = [
@@ -145,10 +146,16 @@ def test_weekday_offsets_without_a_profile_are_judged_as_the_full_path_judges() 
         )
         for i, mean in enumerate(means)
     ]
+    assert judge_window(ws[10], stored).threshold == pytest.approx(0.35)
     full = IncidentTracker(PolicyConfig(), {"nda": stored})
     full.quiet_windows = False
     quick = IncidentTracker(PolicyConfig(), {"nda": stored})
     expected = run(full, ws, False)
     assert [c.kind for c in expected] == ["opened", "resolved"]
+    opened = expected[0]
+    assert opened.judgement is not None
+    assert opened.judgement.threshold == pytest.approx(0.35)
+    assert opened.judgement.breach_level == "none"
+    assert opened.incident.evidence == "pooled"
     assert run(quick, ws, False) == expected
     assert quick.export_state() == full.export_state()
