@@ -265,10 +265,8 @@ class IncidentTracker:
                     judgement = mine
                 small = window.request_count < judgement.min_requests
             elif judgement is None or window.doc_type in self._adapted:
-                # The stored baseline: judge_window moves it to the window itself, as the
-                # job does (a moved one would take a weekday offset twice).
-                judged = stored if baseline is not None else None
-                judgement = judge_window(window, judged, self._static[rule.name])
+                # Unmoved: judge_window moves it (twice would double a weekday offset).
+                judgement = judge_window(window, baseline and stored, self._static[rule.name])
         else:
             judgement = judge_window(window, None, self._static[rule.name])
 

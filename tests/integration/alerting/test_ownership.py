@@ -69,9 +69,10 @@ class Member:
             if not self.running.wait(0.1):
                 continue  # paused: no poll, no renewal
             for message in self.ownership.poll(0.2):
-                offset = message.offset()
+                offset, partition = message.offset(), message.partition()
                 assert offset is not None
-                self.read.setdefault(message.partition(), []).append(offset)
+                assert partition is not None
+                self.read.setdefault(partition, []).append(offset)
 
     def stop(self) -> None:
         if self.stopped.is_set():
@@ -130,7 +131,7 @@ def test_members_split_the_partitions_and_each_reads_only_its_own(
         wait_until(lambda: set(a.ownership.owned) == everything, 60, "a owns every partition")
         with members(settings, state, "b") as (b,):
             wait_until(
-                lambda: a.ownership.owned and b.ownership.owned
+                lambda: bool(a.ownership.owned) and bool(b.ownership.owned)
                 and set(a.ownership.owned) | set(b.ownership.owned) == everything,
                 60,
                 "a and b share the partitions",

@@ -14,7 +14,8 @@ import pytest
 
 from anchorwatch.contracts import Baseline, WindowAggregate
 from anchorwatch.policy.config import PolicyConfig, RuleConfig
-from anchorwatch.policy.fitting import EXTREME_SPACINGS, TAIL_WINDOWS, fit_baseline
+from anchorwatch.policy.fitting import EXTREME_SPACINGS, fit_baseline
+from anchorwatch.policy.sigma import TAIL_WINDOWS
 from anchorwatch.policy.incident_types import IncidentChange, drift_event
 from anchorwatch.policy.incidents import IncidentTracker
 from anchorwatch.policy.refit import RefitHistory, RefitSchedule
