@@ -15,7 +15,6 @@ import pytest
 from anchorwatch.contracts import Baseline, WindowAggregate
 from anchorwatch.policy.config import PolicyConfig, RuleConfig
 from anchorwatch.policy.fitting import EXTREME_SPACINGS, fit_baseline
-from anchorwatch.policy.sigma import TAIL_WINDOWS
 from anchorwatch.policy.incident_types import IncidentChange, drift_event
 from anchorwatch.policy.incidents import IncidentTracker
 from anchorwatch.policy.refit import RefitHistory, RefitSchedule
@@ -25,6 +24,7 @@ from anchorwatch.policy.series import (
     autocorrelation,
     long_run_ratio,
 )
+from anchorwatch.policy.sigma import TAIL_WINDOWS
 from anchorwatch.policy.window import judge_window, spread_at, verdict_for
 from tests.support.policy import baseline as fitted_baseline
 
