@@ -245,7 +245,7 @@ class Engine(Releasing):
             try:
                 out.append((m.partition, decode_verdict(m.value or b"")))
             except ContractError as exc:
-                self._metrics.verdicts.labels("invalid").inc()
+                self._metrics.verdict_outcome["invalid"].inc()
                 log.error(
                     "invalid verdict skipped",
                     extra={
@@ -275,13 +275,13 @@ class Engine(Releasing):
             known is not None and w.window_start_ms <= known.last_window_start_ms
         ):
             replay = verdict.verdict_id in seen or verdict.verdict_id in batch.write.verdict_ids
-            self._metrics.verdicts.labels("replay" if replay else "stale").inc()
+            self._metrics.verdict_outcome["replay" if replay else "stale"].inc()
             return
         try:
             changes = self.tracker.observe_verdict(verdict)
         except Exception:  # a verdict the policy cannot take must not stop the service
             log.exception("verdict not processed", extra={"verdict_id": verdict.verdict_id})
-            self._metrics.verdicts.labels("invalid").inc()
+            self._metrics.verdict_outcome["invalid"].inc()
             return
         if known is None:
             known = TypeState(0, deque(maxlen=self._history_len), partition)
@@ -293,7 +293,7 @@ class Engine(Releasing):
             self.refit.add(w)
         batch.touched.add(w.doc_type)
         batch.write.verdict_ids.append(verdict.verdict_id)
-        self._metrics.verdicts.labels("processed").inc()
+        self._metrics.verdict_outcome["processed"].inc()
         self._metrics.window(w.doc_type, w.mean_drift, verdict.threshold, figures=w)
         changed = set()
         for change in changes:

@@ -45,6 +45,14 @@ CREATE TABLE IF NOT EXISTS windows (
 """
 
 
+_PUT: Final = (
+    "INSERT INTO windows (type_id, start_ms, end_ms, request_count, mean_drift) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (type_id, start_ms) DO UPDATE SET "
+    "end_ms = excluded.end_ms, request_count = excluded.request_count, "
+    "mean_drift = excluded.mean_drift"
+)
+
+
 class RefitRowsError(AnchorwatchError):
     pass
 
@@ -73,6 +81,7 @@ class StoredRows:
         for type_id, doc_type, latest in rows:
             self._ids[doc_type], self._latest[doc_type] = type_id, latest
         self._latest_dirty: set[str] = set()
+        self._puts: list[tuple[int, int, int, int, float]] = []  # not yet written
 
     def close(self) -> None:
         self.flush()
@@ -97,20 +106,24 @@ class StoredRows:
     # ------------------------------------------------------------------ WindowRows
 
     def put(self, doc_type: str, row: Row) -> None:
-        self._write().execute(
-            "INSERT INTO windows (type_id, start_ms, end_ms, request_count, mean_drift) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (type_id, start_ms) DO UPDATE SET "
-            "end_ms = excluded.end_ms, request_count = excluded.request_count, "
-            "mean_drift = excluded.mean_drift",
-            (self._id(doc_type), *row),
-        )
+        # Gathered and written with one executemany before anything reads or deletes
+        # (``_write_puts``): a statement per window cost about 2 µs more per verdict.
+        self._puts.append((self._id(doc_type), *row))
         if row[1] > self._latest[doc_type]:
             self._latest[doc_type] = row[1]
             self._latest_dirty.add(doc_type)
 
+    def _write_puts(self) -> None:
+        """The windows put since the last call, into the open transaction, in order (a
+        start put twice: the last one counts, as one statement each would have it)."""
+        if self._puts:
+            self._write().executemany(_PUT, self._puts)
+            self._puts = []
+
     def drop_before(self, doc_type: str, start_ms: int) -> None:
         type_id = self._ids.get(doc_type)
         if type_id is not None:
+            self._write_puts()
             self._write().execute(
                 "DELETE FROM windows WHERE type_id = ? AND start_ms < ?", (type_id, start_ms)
             )
@@ -119,6 +132,7 @@ class StoredRows:
         type_id = self._ids.get(doc_type)
         if type_id is None:
             return []
+        self._write_puts()
         rows: list[Row] = self._db.execute(
             "SELECT start_ms, end_ms, request_count, mean_drift FROM windows "
             "WHERE type_id = ? AND start_ms >= ? AND end_ms > ? ORDER BY start_ms",
@@ -127,6 +141,7 @@ class StoredRows:
         return rows
 
     def count(self) -> int:
+        self._write_puts()
         return int(self._db.execute("SELECT COUNT(*) FROM windows").fetchone()[0])
 
     def latest_ends(self) -> dict[str, int]:
@@ -134,6 +149,7 @@ class StoredRows:
 
     def flush(self) -> None:
         """Commit what was written since the last flush."""
+        self._write_puts()
         if self._latest_dirty:
             self._write().executemany(
                 "UPDATE doc_types SET latest_end_ms = ? WHERE type_id = ?",
