@@ -108,11 +108,13 @@ class Refitter:
         #: Types the last run found due (at most TYPES_PER_RUN): at the cap, more may wait.
         self.last_due = 0
 
-    def run(self) -> list[Baseline]:
+    def run(self, yield_now: Callable[[], bool] = lambda: False) -> list[Baseline]:
         """Fit and publish the types due now, up to TYPES_PER_RUN of them (the longest
         unfitted first; pinned ones beyond); the baselines published. The history's lock is
         held while their windows are gathered and while they are marked, not while they
-        are fitted: verdicts go on being decided on the consumer thread meanwhile."""
+        are fitted: verdicts go on being decided on the consumer thread meanwhile. Before
+        each fit, ``yield_now()`` (verdicts waiting) ends the run early: the types not yet
+        fitted stay due for the next one."""
         now = self._clock()
         self.last_due = 0
         if now < self._not_before:
@@ -133,6 +135,8 @@ class Refitter:
         )
         self.last_due = sum(1 for item in due if not item.pinned)
         for item in due:
+            if fits and yield_now():
+                break  # what is fitted is published; the rest waits for a calmer moment
             if item.pinned:
                 # The owner's figures stand: not refitted, not due again for an interval.
                 self._history.fitted(

@@ -424,3 +424,28 @@ def test_verdicts_are_decided_while_a_fit_runs(
     (published,) = results
     assert [b.doc_type for b in published] == ["a"]
     assert published[0].window_count == 12  # what was due when the run gathered it
+
+
+def test_a_run_gives_way_to_waiting_verdicts_after_its_first_fit(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    s.feed(
+        sorted(
+            (verdict(t, i, m) for t in ("a", "b", "c") for i, m in enumerate(CLEAN)),
+            key=lambda v: (v.window.window_start_ms, v.window.doc_type),
+        )
+    )
+    asked: list[int] = []
+
+    def busy() -> bool:
+        asked.append(len(asked))
+        return True
+
+    first = s.refitter.run(yield_now=busy)
+    # One fit is made whatever the load (refits never starve), then it gives way.
+    assert [b.doc_type for b in first] == ["a"]
+    assert s.refitter.last_due == 3
+    assert asked == [0]
+    assert s.published == [first]
+    # The types it gave way on are still due, and fitted by the next run.
+    rest = s.refitter.run()
+    assert sorted(b.doc_type for b in rest) == ["b", "c"]
