@@ -107,6 +107,16 @@ def members(
             member.stop()
 
 
+def wait_shared(a: Member, b: Member, everything: set[int]) -> None:
+    """Until each of ``a`` and ``b`` owns some partitions and together they own them all."""
+    wait_until(
+        lambda: bool(a.ownership.owned) and bool(b.ownership.owned)
+        and set(a.ownership.owned) | set(b.ownership.owned) == everything,
+        60,
+        "a and b share the partitions",
+    )  # fmt: skip
+
+
 def partitions_of(settings: AlertingSettings) -> set[int]:
     return set(range(settings.topics.partitions))
 
@@ -130,12 +140,7 @@ def test_members_split_the_partitions_and_each_reads_only_its_own(
     with members(settings, state, "a") as (a,):
         wait_until(lambda: set(a.ownership.owned) == everything, 60, "a owns every partition")
         with members(settings, state, "b") as (b,):
-            wait_until(
-                lambda: bool(a.ownership.owned) and bool(b.ownership.owned)
-                and set(a.ownership.owned) | set(b.ownership.owned) == everything,
-                60,
-                "a and b share the partitions",
-            )  # fmt: skip
+            wait_shared(a, b, everything)
             assert not set(a.ownership.owned) & set(b.ownership.owned)
             # A partition moved to b was given up by a first, then read by b from the
             # offset b's state gave (0 here: every verdict again).
@@ -159,12 +164,7 @@ def test_a_member_paused_past_its_session_is_fenced_when_it_wakes(
 ) -> None:
     everything = partitions_of(settings)
     with members(settings, state, "a", "b") as (a, b):
-        wait_until(
-            lambda: bool(a.ownership.owned) and bool(b.ownership.owned)
-            and set(a.ownership.owned) | set(b.ownership.owned) == everything,
-            60,
-            "a and b share the partitions",
-        )  # fmt: skip
+        wait_shared(a, b, everything)
         held = dict(a.ownership.owned)
         epochs = {p: lease.epoch for p, lease in held.items()}
         store = {p: Store(state, fence=a.ownership.fence(p)) for p in held}
