@@ -90,7 +90,7 @@ class PartitionOwnership:
             [self.topic],
             on_assign=self._assigned,
             on_revoke=self._revoked,
-            on_lost=self._lost,
+            on_lost=self._revoked,
         )
 
     # ------------------------------------------------------------------ the group's word
@@ -105,13 +105,9 @@ class PartitionOwnership:
         self._assigned_now = True
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self._give_up(tp.partition, release=True)
-        consumer.incremental_unassign(partitions)
-
-    def _lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Kafka moved them already (this member missed its session). A release ends a
-        # lease only while this instance still holds it, so it cannot end a new owner's.
+        """Revoked, or lost (Kafka moved them already: this member missed its session). A
+        release ends a lease only while this instance still holds it, so it cannot end a
+        new owner's: both cases give the partitions up alike."""
         for tp in partitions:
             self._give_up(tp.partition, release=True)
         consumer.incremental_unassign(partitions)
