@@ -12,9 +12,10 @@ the group only for lag monitoring; the service resumes from its own state.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -23,6 +24,7 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     KafkaException,
+    Message,
     TopicPartition,
 )
 
@@ -46,6 +48,17 @@ def _partitions(consumer: Consumer, topic: str, timeout_s: float) -> list[int] |
     if info is None or info.error is not None:
         return None
     return sorted(info.partitions)
+
+
+def raw_message(m: Message) -> RawMessage:
+    """A fetched verdict record, as the engine takes it."""
+    partition, offset, topic = m.partition(), m.offset(), m.topic()
+    assert partition is not None
+    assert offset is not None
+    assert topic is not None
+    kind, ts = m.timestamp()
+    stamp = ts if kind != TIMESTAMP_NOT_AVAILABLE and ts > 0 else None
+    return RawMessage(topic, partition, offset, m.value(), stamp)
 
 
 #: The verdicts a consumer fetches ahead of the engine, at most (KiB): thousands of verdicts,
@@ -146,12 +159,7 @@ class VerdictConsumer:
                     self.last_error = str(error)
                     log.warning("kafka consume error", extra={"error": str(error)})
                 continue
-            partition, offset = m.partition(), m.offset()
-            assert partition is not None
-            assert offset is not None
-            kind, ts = m.timestamp()
-            stamp = ts if kind != TIMESTAMP_NOT_AVAILABLE and ts > 0 else None
-            out.append(RawMessage(self.topic, partition, offset, m.value(), stamp))
+            out.append(raw_message(m))
         if out:
             self.kafka_ok = True
         return out
@@ -312,3 +320,48 @@ def read_recent_windows(
     finally:
         consumer.close()
     return read
+
+
+class VerdictSource(Protocol):
+    """Where the service's verdicts come from: a ``VerdictConsumer``, or the partitions of an
+    instance that shares the work (``split_work.SplitWork``)."""
+
+    kafka_ok: bool
+    last_error: str | None
+
+    def commit(self, offsets: dict[tuple[str, int], int], *, wait: bool = False) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def close_consumers(
+    verdicts: VerdictSource | None,
+    baselines: BaselineConsumer | None,
+    offsets: dict[tuple[str, int], int] | None,
+    deadline: float,
+) -> bool:
+    """Commit ``offsets`` (None: none) and close the consumers, on a helper thread given
+    until ``deadline``: librdkafka may block far longer while the brokers are gone. True
+    when it finished."""
+
+    def close() -> None:
+        try:
+            if verdicts is not None:
+                if offsets is not None and verdicts.kafka_ok:
+                    verdicts.commit(offsets, wait=True)
+                verdicts.close()
+            if baselines is not None:
+                baselines.close()
+        except Exception as exc:  # lag monitoring only: the state holds the offsets
+            log.warning("kafka clients not closed cleanly", extra={"error": str(exc)})
+
+    closer = threading.Thread(target=close, name="alerting-kafka-close", daemon=True)
+    closer.start()
+    closer.join(timeout=max(0.0, deadline - time.monotonic()))
+    if closer.is_alive():
+        log.warning(
+            "kafka clients not closed in time: left behind",
+            extra={"kafka_error": verdicts.last_error if verdicts else None},
+        )
+        return False
+    return True

@@ -82,6 +82,20 @@ MIN_HISTORY = 10
 __all__ = ["MIN_HISTORY", "Engine", "RawMessage"]
 
 
+#: Meta key prefix of a verdicts partition's event time (the latest window end seen on it).
+WATERMARK = "watermark:"
+
+
+def _watermarks(meta: dict[str, str], partitions: frozenset[int] | None) -> dict[int, int]:
+    """Each partition's event time as stored: one key per partition, over the one JSON
+    value of them all that earlier versions wrote."""
+    marks = {int(p): int(ms) for p, ms in orjson.loads(meta.get("watermarks", "{}")).items()}
+    for key, value in meta.items():
+        if key.startswith(WATERMARK):
+            marks[int(key[len(WATERMARK) :])] = int(value)
+    return {p: ms for p, ms in marks.items() if partitions is None or p in partitions}
+
+
 def _group_states(state: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """The tracker's exported state split per doc type, so a batch stores only the types it
     touched (relies on ``export_state`` listing one entry per (doc type, rule))."""
@@ -108,8 +122,12 @@ class Engine(Releasing):
         clock: Callable[[], float] = time.time,
         crash: CrashHook = no_crash,
         refit: RefitHistory | None = None,
+        partitions: frozenset[int] | None = None,
     ) -> None:
+        """``partitions``: with the work split among instances, the verdict partitions this
+        one owns: it restores and decides only their types (None: every type)."""
         self._settings = settings
+        self._partitions = partitions
         self._store = store
         self.refit = refit  # the windows judged, for refits (None: no refits)
         self._metrics = metrics
@@ -120,7 +138,7 @@ class Engine(Releasing):
         self._crash = crash
         self._history_len = max(settings.slack.chart_windows, MIN_HISTORY)
         self._levels = BreachLevels(settings.policy)
-        restored = store.restore()
+        restored = store.restore(partitions)
         states = [e for rows in restored.tracker_states.values() for e in rows]
         self.tracker = IncidentTracker(
             settings.policy,
@@ -138,9 +156,7 @@ class Engine(Releasing):
             if points:
                 metrics.window(known.doc_type, points[-1].mean_drift, points[-1].threshold)
         # Event time per verdicts partition: the latest window end seen on it.
-        self._watermarks: dict[int, int] = {
-            int(p): int(ms) for p, ms in orjson.loads(restored.meta.get("watermarks", "{}")).items()
-        }
+        self._watermarks = _watermarks(restored.meta, partitions)
         # When each partition last delivered a verdict (processing time; not stored: after
         # a restart every partition gets silence_lag_s to show it is alive).
         self._seen_at: dict[int, float] = {}
@@ -212,10 +228,14 @@ class Engine(Releasing):
             for d in batch.touched
             if d in self._types
         ]
-        w.meta["watermarks"] = orjson.dumps(
-            {str(p): ms for p, ms in self._watermarks.items()}
-        ).decode()
         w.incidents = self._carry + list(batch.rows.values())
+        w.partitions = {p for _, p in w.offsets} | {
+            self._partition_of(r.doc_type) for r in w.incidents
+        }
+        for p in w.partitions:
+            # One key per partition: instances that split the work write their own.
+            if p in self._watermarks:
+                w.meta[f"{WATERMARK}{p}"] = str(self._watermarks[p])
         if self.refit is not None:
             # Before the batch's offsets: a window the store has moved past is on disk too.
             self.refit.flush()

@@ -88,6 +88,12 @@ class EngineBase:
     _open: dict[str, IncidentRow]
     _open_by_type: dict[str, set[str]]
     _groups: dict[str, IncidentRow]  # open group incidents (``grouping.py``) by id
+    _partitions: frozenset[int] | None  # owned, with the work split; None: all
+
+    def _partition_of(self, doc_type: str) -> int:
+        """The verdict partition of a type's decisions (0: a row of no doc type)."""
+        known = self._types.get(doc_type)
+        return known.partition if known is not None else 0
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -142,6 +148,7 @@ class EngineBase:
     def _commit(self, batch: Batch, point: str) -> None:
         """A between-batches transaction: its rows, its outbox entries, then memory."""
         batch.write.incidents = list(batch.rows.values())
+        batch.write.partitions = {self._partition_of(r.doc_type) for r in batch.write.incidents}
         self._crash(point, "")
         self._store.commit_batch(
             batch.write, keep_verdict_ids=self._settings.alerting.recent_verdict_ids

@@ -45,6 +45,11 @@ class Releasing(EngineBase):
             self._commit(batch, "release_before_commit")
         return len(due) + self._decide_groups(consumed_ms, now_ms, muting, held)
 
+    def _owns(self, incident_id: str) -> bool:
+        """Whether this instance decides for the incident's type (the work split)."""
+        row = self._store.incident(incident_id)
+        return row is not None and row.doc_type in self._types
+
     def _decide_groups(
         self, consumed_ms: int, now_ms: int, muting: Muting, held: list[IncidentRow]
     ) -> int:
@@ -102,6 +107,8 @@ class Releasing(EngineBase):
                 or self._open.get(ack.incident_id)
                 or self._groups.get(ack.incident_id)
             )
+            if row is None and self._partitions is not None and not self._owns(ack.incident_id):
+                continue  # another instance's incident (the work split): its owner applies it
             if row is not None and row.state != "open":
                 row = None  # a group resolved within this transaction
             outcome = "resolved" if row is None else "already" if row.acked_by else "applied"
@@ -130,6 +137,8 @@ class Releasing(EngineBase):
                 "incident acknowledged",
                 extra={"incident_id": row.incident_id, "user_id": ack.user_id},
             )
+        if not batch.rows and not batch.write.statements:
+            return 0
         n = len(batch.rows)
         self._commit(batch, "ack_before_commit")
         return n

@@ -53,6 +53,11 @@ class LostLead(AnchorwatchError):
     """This instance no longer leads: another took the lease over."""
 
 
+class PartitionFenced(LostLead):
+    """A write for a verdict partition this instance does not own (any more): nothing of it
+    is written; the partition's owner decides and sends for it (``ownership.py``)."""
+
+
 def instance_name() -> str:
     """This process, as the lease names its holder: host, pid and a random tag (a restarted
     process with a recycled pid is another holder)."""

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from anchorwatch.alerting.integrations.base import BatchSender, Delivered, Sender
+from anchorwatch.alerting.leadership import PartitionFenced
 from anchorwatch.alerting.notify import NotifyError, RetryPolicy
 from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.store import FOLLOW_UPS, OutboxEntry, Store
@@ -235,6 +236,10 @@ class Drainer:
                 if time.monotonic() - counted > 0.5:
                     self.pending()
                     counted = time.monotonic()
+            except PartitionFenced as exc:
+                # Its partition moved to another instance meanwhile: that one sends it.
+                log.info("entry left to its partition's owner", extra={"reason": str(exc)})
+                wait = 0.2
             except Exception:  # a bug or a broken state file: say so, keep the thread alive
                 log.exception("sender failed", extra={"integration": self.integration})
                 wait = 5.0

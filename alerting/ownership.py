@@ -21,13 +21,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from anchorwatch.alerting.consumers import PREFETCH_KIB
 from anchorwatch.alerting.database import DATABASE_ERRORS, Database, StateLocation
-from anchorwatch.alerting.leadership import SCHEMA, Lease, LostLead, instance_name
+from anchorwatch.alerting.leadership import (
+    SCHEMA,
+    Lease,
+    LostLead,
+    PartitionFenced,
+    instance_name,
+)
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.store import FILENAME, PG_SCHEMA
 from anchorwatch.kafkaio import client_config
@@ -64,6 +71,7 @@ class PartitionOwnership:
         self.location = location
         self.lease_s = a.lease_s
         self.owned: dict[int, Lease] = {}
+        self._owned_now: frozenset[int] = frozenset()  # read by other threads
         self.pending: set[int] = set()
         self._on_owned = on_owned
         self._on_released = on_released
@@ -75,6 +83,11 @@ class PartitionOwnership:
         self._consumer = Consumer(
             client_config(
                 settings.kafka,
+                {
+                    "queued.max.messages.kbytes": PREFETCH_KIB,
+                    # A member that died is noticed within about a lease, as its leases end.
+                    "session.timeout.ms": int(min(max(a.lease_s, 6.0), 45.0) * 1000),
+                },
                 **{
                     "group.id": a.group_id,
                     "partition.assignment.strategy": "cooperative-sticky",
@@ -132,6 +145,7 @@ class PartitionOwnership:
                 continue
             self.pending.discard(partition)
             self.owned[partition] = lease
+            self._owned_now = frozenset(self.owned)
             start = self._on_owned(partition)
             tp = TopicPartition(self.topic, partition)
             if start is not None:
@@ -150,6 +164,7 @@ class PartitionOwnership:
         lease = self.owned.pop(partition, None)
         if lease is None:
             return
+        self._owned_now = frozenset(self.owned)
         self._on_released(partition)
         if release:
             lease.release()
@@ -169,6 +184,8 @@ class PartitionOwnership:
             lost.append(partition)
             self._give_up(partition, release=False)
             self._consumer.pause([TopicPartition(self.topic, partition)])
+            # Still assigned by the group: taken again if that lease ends unrenewed.
+            self.pending.add(partition)
         return lost
 
     def fence(self, partition: int) -> Callable[[Database], None]:
@@ -179,11 +196,26 @@ class PartitionOwnership:
             return lease.fence
 
         def refuse(db: Database) -> None:
-            raise LostLead(
+            raise PartitionFenced(
                 f"this instance ({self.holder}) does not own verdict partition {partition}"
             )
 
         return refuse
+
+    def fence_partitions(self, db: Database, partitions: Collection[int]) -> None:
+        """The fence of a write made for several partitions (``store.PartitionGuard``):
+        ``PartitionFenced`` unless this instance holds every one's lease."""
+        for partition in sorted(partitions):
+            try:
+                self.fence(partition)(db)
+            except PartitionFenced:
+                raise
+            except LostLead as exc:
+                raise PartitionFenced(str(exc)) from None
+
+    def owned_now(self) -> frozenset[int]:
+        """The partitions owned now (any thread may ask)."""
+        return self._owned_now
 
     # ------------------------------------------------------------------ the loop
 
@@ -209,6 +241,21 @@ class PartitionOwnership:
             if message.partition() in self.owned:
                 out.append(message)
         return out
+
+    def commit(self, offsets: dict[tuple[str, int], int]) -> None:
+        """The owned partitions' next offsets, committed to the group (lag monitoring only:
+        the state holds the offsets the work resumes from)."""
+        tps = [
+            TopicPartition(t, p, o)
+            for (t, p), o in offsets.items()
+            if t == self.topic and p in self.owned
+        ]
+        if not tps:
+            return
+        try:
+            self._consumer.commit(offsets=tps, asynchronous=True)
+        except KafkaException as exc:
+            log.warning("offset commit to kafka failed", extra={"error": str(exc)[:300]})
 
     def close(self) -> None:
         """Leaves the group and releases every lease (a clean stop: the partitions move at

@@ -17,7 +17,6 @@ per state directory (a lock file enforces it).
 
 from __future__ import annotations
 
-import fcntl
 import gc
 import logging
 import os
@@ -26,20 +25,25 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from anchorwatch.alerting import log_limit
-from anchorwatch.alerting.consumers import BaselineConsumer, VerdictConsumer
+from anchorwatch.alerting.consumers import (
+    BaselineConsumer,
+    VerdictConsumer,
+    VerdictSource,
+    close_consumers,
+)
 from anchorwatch.alerting.crash import CrashPoints
 from anchorwatch.alerting.database import DATABASE_ERRORS, Database, StateLocation
-from anchorwatch.alerting.engine import Engine
+from anchorwatch.alerting.engine import Engine, RawMessage
 from anchorwatch.alerting.http import Endpoint
 from anchorwatch.alerting.integrations import registry
 from anchorwatch.alerting.integrations.base import BatchSender, Sender
 from anchorwatch.alerting.integrations.dry_run import DryRunSender
-from anchorwatch.alerting.leadership import Lease, LostLead
+from anchorwatch.alerting.leadership import Lease, LostLead, PartitionFenced
 from anchorwatch.alerting.notify import OneAttempt
 from anchorwatch.alerting.outbox import Drainer
 from anchorwatch.alerting.refit import RefitMetrics, Refitter, rebuild_refit_history
@@ -48,43 +52,17 @@ from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.silence_api import SilenceApi
 from anchorwatch.alerting.slack_actions import SlackInteractions
+from anchorwatch.alerting.split_work import SplitWork
+from anchorwatch.alerting.state_lock import AlertingServiceError, StateLock
 from anchorwatch.alerting.store import IncidentListing, Store
+from anchorwatch.alerting.store_records import PartitionGuard
 from anchorwatch.alerting.watchdog_run import WatchdogRunner
-from anchorwatch.errors import AnchorwatchError
 from anchorwatch.kafkaio import check_access
 from anchorwatch.policy.refit import RefitHistory, RefitSchedule
 
 log = logging.getLogger(__name__)
 
-
-class AlertingServiceError(AnchorwatchError):
-    """The service cannot start or run (state in use, unreadable, Kafka unusable)."""
-
-
-class StateLock:
-    """One service per state directory: an exclusive lock the OS releases on any exit."""
-
-    def __init__(self, state_dir: Path) -> None:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        self._path = state_dir / "lock"
-        self._file: IO[str] = self._path.open("a+")
-        try:
-            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._file.seek(0)
-            holder = self._file.read().strip() or "?"
-            self._file.close()
-            raise AlertingServiceError(
-                f"another alerting service (pid {holder}) uses {state_dir}"
-            ) from None
-        self._file.seek(0)
-        self._file.truncate()
-        self._file.write(str(os.getpid()))
-        self._file.flush()
-
-    def release(self) -> None:
-        fcntl.flock(self._file, fcntl.LOCK_UN)
-        self._file.close()
+__all__ = ["AlertingService", "AlertingServiceError", "StateLock", "list_incidents", "run"]
 
 
 class AlertingService:
@@ -125,9 +103,11 @@ class AlertingService:
         self._drainers: list[Drainer] = []
         self._lock: StateLock | None = None
         self._lease: Lease | None = None  # with the state in PostgreSQL
+        self._split: SplitWork | None = None  # with the work split among instances
         self._standby = False  # waiting for the lead of the shared state
         self._endpoint: Endpoint | None = None
         self._heartbeat = time.monotonic()
+        self._released = self._acked = self._pruned = 0.0  # when last done (monotonic)
         self.engine: Engine | None = None
         self._verdicts: VerdictConsumer | None = None
         self._baselines: BaselineConsumer | None = None
@@ -164,35 +144,22 @@ class AlertingService:
         state = a.state_location()
         if state.shared:
             self._start_endpoint(state)  # a standby answers probes: live, not ready
-        if not self._take_state(state):
+        if not a.work_split and not self._take_state(state):
             self._stop_endpoint()
             return self  # stopped while waiting as a standby
         try:
-            store = Store(state, synchronous=a.sqlite_synchronous, fence=self._fence)
-            refit = (
-                RefitHistory(
-                    RefitSchedule(
-                        a.refit_interval_s * 1000, a.refit_history_s * 1000, a.refit_min_windows
-                    ),
-                    StoredRows(state),
-                )
-                if a.refit
-                else None
-            )
-            self.engine = Engine(
-                s,
-                store,
-                self.metrics,
-                self.integrations(),
-                clock=self._clock,
-                crash=self._crash,
-                refit=refit,
-            )
+            if a.work_split:
+                self._split = SplitWork(s, state, self._make_engine)
+                self.engine = self._split.engine
+            else:
+                self.engine = self._make_engine(None, None)
+            refit = self.engine.refit
             if refit is not None:
                 self.refitter = Refitter(s, self.engine, self.refit_metrics, clock=self._clock)
             if self._endpoint is None:
                 self._start_endpoint(state)
-            self._verdicts = VerdictConsumer(s, self.engine.offsets)
+            if self._split is None:
+                self._verdicts = VerdictConsumer(s, self.engine.offsets)
             if s.watchdog.enabled:
                 self.watchdog = WatchdogRunner(
                     s, self.engine, self.integrations(), self.registry, clock=self._clock
@@ -220,6 +187,34 @@ class AlertingService:
             },
         )
         return self
+
+    def _make_engine(
+        self, partitions: frozenset[int] | None, guard: PartitionGuard | None
+    ) -> Engine:
+        """The engine of every type, or (the work split) of ``partitions``' types."""
+        a = self.settings.alerting
+        state = a.state_location()
+        store = Store(state, synchronous=a.sqlite_synchronous, fence=self._fence, guard=guard)
+        refit = (
+            RefitHistory(
+                RefitSchedule(
+                    a.refit_interval_s * 1000, a.refit_history_s * 1000, a.refit_min_windows
+                ),
+                StoredRows(state),
+            )
+            if a.refit
+            else None
+        )
+        return Engine(
+            self.settings,
+            store,
+            self.metrics,
+            self.integrations(),
+            clock=self._clock,
+            crash=self._crash,
+            refit=refit,
+            partitions=partitions,
+        )
 
     def _start_endpoint(self, state: StateLocation) -> None:
         """/metrics, the probes, the silences API and Slack's buttons (these two write the
@@ -288,7 +283,9 @@ class AlertingService:
     @property
     def leads(self) -> bool:
         """Whether this instance runs (holds the state), as opposed to waiting or stopped."""
-        return self._lock is not None or (self._lease is not None and self._lease.epoch is not None)
+        if self._split is not None or self._lock is not None:
+            return True
+        return self._lease is not None and self._lease.epoch is not None
 
     @property
     def endpoint_url(self) -> str:
@@ -310,7 +307,10 @@ class AlertingService:
 
     def _drain(self, name: str) -> None:
         a = self.settings.alerting
-        store = Store(a.state_location(), synchronous=a.sqlite_synchronous, fence=self._fence)
+        guard = self._split.ownership if self._split is not None else None
+        store = Store(
+            a.state_location(), synchronous=a.sqlite_synchronous, fence=self._fence, guard=guard
+        )
         sender = self._sender(name)
         rate, total_rate = self._rates(name)
         drainer = Drainer(
@@ -337,11 +337,14 @@ class AlertingService:
 
     def _consume(self) -> None:
         assert self.engine is not None
-        assert self._verdicts is not None
         assert self._baselines is not None
-        engine, verdicts, baselines = self.engine, self._verdicts, self._baselines
+        split = self._split
+        verdicts = split or self._verdicts
+        assert verdicts is not None
+        engine, baselines = self.engine, self._baselines
+        set_baseline = split.set_baseline if split is not None else engine.set_baseline
         a = self.settings.alerting
-        refreshed = pruned = released = acked = 0.0
+        refreshed = pruned = 0.0
         if engine.refit is not None:
             n = rebuild_refit_history(
                 self.settings, engine.refit, engine.store, int(self._clock() * 1000)
@@ -358,11 +361,19 @@ class AlertingService:
             if not baselines.caught_up:
                 # Verdicts wait until every current baseline is known.
                 for b in baselines.poll(timeout_s=a.poll_timeout_s):
-                    engine.set_baseline(b)
+                    set_baseline(b)
                 continue
             for b in baselines.poll():
-                engine.set_baseline(b)
+                set_baseline(b)
+            if split is not None:
+                try:
+                    self._decide_split(split)
+                except PartitionFenced as exc:
+                    split.fenced(exc)
+                    self.engine = split.engine
+                continue
             now = time.monotonic()
+            assert isinstance(verdicts, VerdictConsumer)
             if now - refreshed > self.REFRESH_EVERY_S or not verdicts.assigned:
                 verdicts.refresh()
                 refreshed = now
@@ -370,29 +381,53 @@ class AlertingService:
                     self._stop.wait(1.0)
                     continue
             if now - pruned > self.PRUNE_EVERY_S:
-                cutoff = int((self._clock() - a.retention_days * 86_400) * 1000)
-                if n := engine.prune(cutoff):
-                    log.info("pruned old incidents", extra={"incidents": n})
+                self._prune(engine)
                 pruned = now
-            if now - released > self.RELEASE_EVERY_S:
-                if engine.release_held(int(self._clock() * 1000)):
-                    self._wake_senders()
-                released = now
-            if now - acked > self.ACKS_EVERY_S:
-                if engine.apply_acks(int(self._clock() * 1000)):
-                    self._wake_senders()
-                acked = now
+            self._between_batches(engine, now)
             if self.watchdog is not None and self.watchdog.tick(int(self._clock() * 1000)):
                 self._wake_senders()
-            messages = verdicts.poll(a.batch_max, a.poll_timeout_s)
-            if not messages:
-                self._verdicts_waiting.clear()
-                continue
-            self._verdicts_waiting.set()
-            offsets = engine.process(messages, int(self._clock() * 1000))
-            self._crash("batch_after_commit", "")
-            verdicts.commit(offsets)
-            self._wake_senders()
+            self._decide(engine, verdicts, verdicts.poll(a.batch_max, a.poll_timeout_s))
+
+    def _decide(self, engine: Engine, source: VerdictSource, messages: list[RawMessage]) -> None:
+        """A batch decided and committed (refits give way while verdicts keep coming)."""
+        if not messages:
+            self._verdicts_waiting.clear()
+            return
+        self._verdicts_waiting.set()
+        offsets = engine.process(messages, int(self._clock() * 1000))
+        self._crash("batch_after_commit", "")
+        source.commit(offsets)
+        self._wake_senders()
+
+    def _prune(self, engine: Engine) -> None:
+        cutoff = int((self._clock() - self.settings.alerting.retention_days * 86_400) * 1000)
+        if n := engine.prune(cutoff):
+            log.info("pruned old incidents", extra={"incidents": n})
+
+    def _between_batches(self, engine: Engine, now: float) -> None:
+        """Held incidents whose silence ended, then acknowledgements from Slack."""
+        if now - self._released > self.RELEASE_EVERY_S:
+            if engine.release_held(int(self._clock() * 1000)):
+                self._wake_senders()
+            self._released = now
+        if now - self._acked > self.ACKS_EVERY_S:
+            if engine.apply_acks(int(self._clock() * 1000)):
+                self._wake_senders()
+            self._acked = now
+
+    def _decide_split(self, split: SplitWork) -> None:
+        """One round of an instance sharing the work: its partitions' verdicts (the engine
+        rebuilt first when they changed), the work between batches for its types; the
+        prune by the owner of partition 0 alone."""
+        a = self.settings.alerting
+        messages = split.poll(a.batch_max, a.poll_timeout_s)
+        engine = self.engine = split.engine
+        now = time.monotonic()
+        if 0 in split.assigned and now - self._pruned > self.PRUNE_EVERY_S:
+            self._prune(engine)
+            self._pruned = now
+        self._between_batches(engine, now)
+        self._decide(engine, split, messages)
 
     def _refit(self) -> None:
         """Refits off the consumer thread, and out of its way: a run starts only while no
@@ -437,7 +472,7 @@ class AlertingService:
                 holder = None  # the state is unreachable: still a standby, leader unknown
             return False, {"standby": True, "leader": holder[0] if holder else None}
         healthy, _ = self.health()
-        v, b = self._verdicts, self._baselines
+        v, b = self._split or self._verdicts, self._baselines
         detail = {
             "healthy": healthy,
             "baselines_loaded": bool(b and b.caught_up),
@@ -448,7 +483,8 @@ class AlertingService:
         ok = (
             healthy
             and detail["baselines_loaded"]
-            and bool(detail["partitions"])
+            # Sharing the work, an instance may own none (more instances than partitions).
+            and (bool(detail["partitions"]) or self._split is not None)
             and detail["kafka"]
         )
         return bool(ok), detail
@@ -512,33 +548,10 @@ class AlertingService:
         return [t for t in self._threads if t.is_alive()]
 
     def _close_kafka(self, deadline: float) -> bool:
-        """Commit the offsets and close the consumers, on a helper thread given until
-        ``deadline``: librdkafka may block far longer while the brokers are gone. True
-        when it finished."""
-        verdicts, baselines, engine = self._verdicts, self._baselines, self.engine
-        failed = self._failure is not None
-
-        def close() -> None:
-            try:
-                if verdicts is not None:
-                    if engine is not None and not failed and verdicts.kafka_ok:
-                        verdicts.commit(engine.offsets, wait=True)
-                    verdicts.close()
-                if baselines is not None:
-                    baselines.close()
-            except Exception as exc:  # lag monitoring only: the state holds the offsets
-                log.warning("kafka clients not closed cleanly", extra={"error": str(exc)})
-
-        closer = threading.Thread(target=close, name="alerting-kafka-close", daemon=True)
-        closer.start()
-        closer.join(timeout=max(0.0, deadline - time.monotonic()))
-        if closer.is_alive():
-            log.warning(
-                "kafka clients not closed in time: left behind",
-                extra={"kafka_error": verdicts.last_error if verdicts else None},
-            )
-            return False
-        return True
+        """Commit the offsets and close the consumers within ``deadline`` (``consumers.py``)."""
+        engine = self.engine
+        offsets = engine.offsets if engine is not None and self._failure is None else None
+        return close_consumers(self._split or self._verdicts, self._baselines, offsets, deadline)
 
 
 def run(settings: AlertingSettings) -> None:

@@ -43,6 +43,13 @@ class StateFields(Section):
         description="With state_url: how long the leader's lease lasts unrenewed (renewed "
         "every third of it). A standby takes over at most this long after the leader died.",
     )
+    work_split: bool = Field(
+        False,
+        description="With state_url: the instances share the work instead of one leading: "
+        "each owns some verdict partitions (a Kafka consumer group, a lease per partition) "
+        "and decides and posts for their doc types; a partition moves when its owner stops "
+        "or dies (docs/alerting.md). Not yet with grouping, the watchdog or refits on.",
+    )
     sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(
         "FULL",
         description="FULL: every commit survives a power loss; NORMAL: faster, survives a "
@@ -72,6 +79,8 @@ class StateFields(Section):
     @model_validator(mode="after")
     def _state_secret(self) -> StateFields:
         self.state_secret()
+        if self.work_split and self.state_url is None:
+            raise ValueError("work_split: needs the state in PostgreSQL (state_url)")
         return self
 
     def state_secret(self) -> SecretStr | None:

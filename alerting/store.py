@@ -18,12 +18,14 @@ seq of each incident: updates never overtake the message they belong to.
 Each thread opens its own ``Store`` (a connection is not shared between threads); WAL lets
 the ``incidents`` command read while the service writes. With ``fence`` (``leadership.py``),
 every write transaction first checks that this instance still leads: one that has lost the
-lead (paused past its lease, say) writes nothing more, and so sends nothing more.
+lead (paused past its lease, say) writes nothing more, and so sends nothing more. With the
+work split among instances (``guard``, ``ownership.py``), each write is fenced by the leases
+of the verdict partitions it writes for, and senders take only their own partitions' entries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
@@ -48,12 +50,14 @@ from anchorwatch.alerting.store_records import (
     Integration,
     NewEntry,
     OutboxEntry,
+    PartitionGuard,
     Refs,
     Restored,
     Status,
 )
 from anchorwatch.alerting.store_schema import (
     DUE,
+    ENTRY_PARTITION,
     MIGRATIONS,
     POSTGRESQL_EXTRA,
     SCHEMA,
@@ -115,6 +119,7 @@ class Store:
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         create: bool = True,
         fence: Fence | None = None,
+        guard: PartitionGuard | None = None,
     ) -> None:
         self.location = as_location(state)
         try:
@@ -129,6 +134,7 @@ class Store:
             raise StoreError(str(exc)) from None
         self.path = self._db.path
         self._fence = fence
+        self._guard = guard
         try:
             if create:
                 self._db.script(SCHEMA)
@@ -191,14 +197,40 @@ class Store:
             )
 
     @contextmanager
-    def _tx(self, before_commit: Hook = _nothing) -> Iterator[Database]:
-        """One exclusive write transaction, fenced; ``before_commit`` runs once everything
-        is written, before the COMMIT (the crash trials kill the process there)."""
+    def _tx(
+        self,
+        before_commit: Hook = _nothing,
+        *,
+        partitions: Collection[int] = (),
+        entry_ids: Collection[int] = (),
+    ) -> Iterator[Database]:
+        """One exclusive write transaction, fenced (by the partitions it writes for, and
+        those of the outbox entries it changes, when the work is split); ``before_commit``
+        runs once everything is written, before the COMMIT (the crash trials kill the
+        process there)."""
         with self._db.write() as db:
             if self._fence is not None:
                 self._fence(db)
+            if self._guard is not None:
+                touched = set(partitions)
+                if entry_ids:
+                    touched |= self._entry_partitions(db, entry_ids)
+                self._guard.fence_partitions(db, touched)
             yield db
             before_commit()
+
+    @staticmethod
+    def _entry_partitions(db: Database, entry_ids: Collection[int]) -> set[int]:
+        ids = list(entry_ids)
+        marks = ",".join("?" * len(ids))
+        return {
+            int(r[0])
+            for r in db.execute(
+                f"SELECT DISTINCT {ENTRY_PARTITION} FROM outbox o JOIN incidents i "  # noqa: S608
+                f"USING (incident_id) WHERE o.id IN ({marks})",
+                ids,
+            )
+        }
 
     @contextmanager
     def reading(self) -> Iterator[None]:
@@ -210,7 +242,8 @@ class Store:
 
     # ----------------------------------------------------------------- restart
 
-    def restore(self) -> Restored:
+    def restore(self, partitions: Collection[int] | None = None) -> Restored:
+        """Everything, or (the work split) what the types of ``partitions`` need."""
         db = self._db
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         offsets = {(t, p): o for t, p, o in db.execute("SELECT * FROM offsets")}
@@ -222,9 +255,22 @@ class Store:
             )
         }
         open_rows = [_incident(r) for r in db.execute(_SELECT_INCIDENTS + " WHERE state = 'open'")]
+        if partitions is not None:
+            keep = set(partitions)
+            offsets = {k: o for k, o in offsets.items() if k[1] in keep}
+            doc_types = {d: r for d, r in doc_types.items() if r.partition in keep}
+            states = {d: s for d, s in states.items() if d in doc_types}
+            open_rows = [r for r in open_rows if r.doc_type in doc_types]
         return Restored(
             offsets, meta.get("policy_version"), states, doc_types, open_rows, dict(meta)
         )
+
+    def next_offset(self, topic: str, partition: int) -> int | None:
+        """The next offset of a verdicts partition, as the state has it now."""
+        row = self._db.execute(
+            "SELECT next_offset FROM offsets WHERE topic = ? AND partition = ?", (topic, partition)
+        ).fetchone()
+        return None if row is None else int(row[0])
 
     def seen_verdicts(self, verdict_ids: Iterable[str]) -> set[str]:
         ids = list(verdict_ids)
@@ -252,7 +298,7 @@ class Store:
     def commit_batch(
         self, batch: BatchWrite, *, keep_verdict_ids: int, before_commit: Hook = _nothing
     ) -> None:
-        with self._tx(before_commit) as db:
+        with self._tx(before_commit, partitions=batch.partitions) as db:
             db.executemany(
                 "INSERT INTO offsets (topic, partition, next_offset) VALUES (?, ?, ?) "
                 "ON CONFLICT (topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
@@ -335,16 +381,39 @@ class Store:
 
     def due(self, integration: Integration, now_ms: int, limit: int) -> list[OutboxEntry]:
         """The next entries to send: per incident only its lowest unfinished seq, and only
-        when that one is due. Oldest first."""
-        rows = self._db.execute(DUE, (integration, now_ms, limit)).fetchall()
+        when that one is due. Oldest first. With the work split: only the entries of the
+        partitions this instance owns."""
+        if self._guard is None:
+            rows = self._db.execute(DUE, (integration, now_ms, limit)).fetchall()
+        else:
+            owned = sorted(self._guard.owned_now())
+            if not owned:
+                return []
+            marks = ",".join("?" * len(owned))
+            sql = DUE.replace(" ORDER BY", f" AND {ENTRY_PARTITION} IN ({marks}) ORDER BY")
+            rows = self._db.execute(sql, (integration, now_ms, *owned, limit)).fetchall()
         return [_entry(r) for r in rows]
 
     def next_due_ms(self, integration: Integration) -> int | None:
-        row = self._db.execute(
+        """When the next entry is due (of this instance's partitions, the work split)."""
+        sql = (
             "SELECT MIN(next_attempt_ms) FROM outbox "
-            "WHERE integration = ? AND status IN ('pending', 'attempting')",
-            (integration,),
-        ).fetchone()
+            "WHERE integration = ? AND status IN ('pending', 'attempting')"
+        )
+        params: tuple[Any, ...] = (integration,)
+        if self._guard is not None:
+            owned = sorted(self._guard.owned_now())
+            if not owned:
+                return None
+            # Placeholders only: the partitions are parameters.
+            sql = (
+                "SELECT MIN(o.next_attempt_ms) FROM outbox o JOIN incidents i "  # noqa: S608
+                "USING (incident_id) WHERE o.integration = ? AND o.status IN "
+                f"('pending', 'attempting') AND {ENTRY_PARTITION} IN "
+                f"({','.join('?' * len(owned))})"
+            )
+            params += tuple(owned)
+        row = self._db.execute(sql, params).fetchone()
         return None if row[0] is None else int(row[0])
 
     def has_later_update(self, entry: OutboxEntry) -> bool:
@@ -365,8 +434,8 @@ class Store:
         ).fetchone()
         return None if row is None or row[0] is None else str(row[0])
 
-    def mark_attempting(self, entry_ids: Iterable[int], now_ms: int) -> None:
-        with self._tx() as db:
+    def mark_attempting(self, entry_ids: Collection[int], now_ms: int) -> None:
+        with self._tx(entry_ids=entry_ids) as db:
             db.executemany(
                 "UPDATE outbox SET status = 'attempting', attempts = attempts + 1, "
                 "first_attempt_ms = COALESCE(first_attempt_ms, ?) WHERE id = ?",
@@ -375,7 +444,7 @@ class Store:
 
     def mark_done(
         self,
-        entry_ids: Iterable[int],
+        entry_ids: Collection[int],
         outcome: str,
         now_ms: int,
         *,
@@ -384,7 +453,7 @@ class Store:
         before_commit: Hook = _nothing,
     ) -> None:
         """Done, and the incident's references the send produced, in one transaction."""
-        with self._tx(before_commit) as db:
+        with self._tx(before_commit, entry_ids=entry_ids) as db:
             db.executemany(
                 "UPDATE outbox SET status = 'done', outcome = ?, finished_ms = ?, error = NULL "
                 "WHERE id = ?",
@@ -402,15 +471,15 @@ class Store:
                 )
 
     def mark_failed(self, entry_id: int, error: str, now_ms: int) -> None:
-        with self._tx() as db:
+        with self._tx(entry_ids=(entry_id,)) as db:
             db.execute(
                 "UPDATE outbox SET status = 'failed', outcome = 'failed', error = ?, "
                 "finished_ms = ? WHERE id = ?",
                 (error[:2000], now_ms, entry_id),
             )
 
-    def reschedule(self, entry_ids: Iterable[int], next_attempt_ms: int, error: str) -> None:
-        with self._tx() as db:
+    def reschedule(self, entry_ids: Collection[int], next_attempt_ms: int, error: str) -> None:
+        with self._tx(entry_ids=entry_ids) as db:
             db.executemany(
                 "UPDATE outbox SET next_attempt_ms = ?, error = ? WHERE id = ?",
                 [(next_attempt_ms, error[:2000], i) for i in entry_ids],

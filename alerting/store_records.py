@@ -6,8 +6,12 @@ data, no SQL: held apart so the store's logic reads on its own.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+
+if TYPE_CHECKING:
+    from anchorwatch.alerting.database import Database
 
 #: An integration's name (``integrations/registry.py`` holds them; the store does not care).
 Integration = str
@@ -84,6 +88,9 @@ class BatchWrite:
     meta: dict[str, str] = field(default_factory=dict)
     #: Further statements of the same transaction (e.g. Slack actions marked applied).
     statements: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+    #: The verdict partitions whose types it writes for: with the work split among
+    #: instances (``ownership.py``), it commits only while this instance owns them all.
+    partitions: set[int] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -140,3 +147,13 @@ class IncidentListing:
     row: IncidentRow
     refs: Refs
     deliveries: dict[str, dict[str, int]]  # integration -> status -> count
+
+
+class PartitionGuard(Protocol):
+    """With the work split among instances (``ownership.PartitionOwnership``)."""
+
+    def fence_partitions(self, db: Database, partitions: Collection[int]) -> None:
+        """Inside a write transaction: raises unless this instance owns them all."""
+
+    def owned_now(self) -> frozenset[int]:
+        """The verdict partitions this instance owns now."""

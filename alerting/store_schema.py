@@ -161,3 +161,9 @@ DUE: Final = (
     "WHERE h.integration = o.integration AND h.incident_id = o.incident_id "
     "AND h.status IN ('pending', 'attempting')) ORDER BY o.id LIMIT ?"
 )
+
+#: The verdicts partition an outbox entry (``o``) of an incident (``i``) is decided on: its
+#: type's; 0 for a row of no doc type (none is written while the work is split).
+ENTRY_PARTITION: Final = (
+    "COALESCE((SELECT d.partition FROM doc_types d WHERE d.doc_type = i.doc_type), 0)"
+)

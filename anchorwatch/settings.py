@@ -214,6 +214,9 @@ def _describe(exc: ValidationError, path: Path | None) -> str:
     lines = ["invalid settings:"]
     for err in exc.errors(include_url=False, include_input=False):
         loc = [str(p) for p in err["loc"]]
+        if not loc:  # across sections: the message names the fields
+            lines.append(f"  {err['msg'].removeprefix('Value error, ')}")
+            continue
         env = ENV_PREFIX + "__".join(p.upper() for p in loc)
         key = f"[{loc[0]}] {'.'.join(loc[1:])}" if len(loc) > 1 else loc[0]
         where = f" in {path}" if path else ""

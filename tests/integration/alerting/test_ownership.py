@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from pydantic import SecretStr
 
 from anchorwatch.alerting.database import StateLocation
-from anchorwatch.alerting.leadership import LostLead
+from anchorwatch.alerting.leadership import LostLead, PartitionFenced
 from anchorwatch.alerting.ownership import PartitionOwnership
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.store import BatchWrite, Store
@@ -198,3 +198,28 @@ def test_a_member_paused_past_its_session_is_fenced_when_it_wakes(
         finally:
             checked.close()
         assert not ids  # nothing a paused member tried to write landed
+
+
+def test_a_batch_for_partitions_not_all_owned_is_refused_whole(
+    settings: AlertingSettings, state: StateLocation
+) -> None:
+    """The store's guard (the work split): a batch fenced by every partition it writes for."""
+    with members(settings, state, "a") as (a,):
+        wait_until(lambda: bool(a.ownership.owned), 60, "a to own its partitions")
+        owned = sorted(a.ownership.owned)
+        store = Store(state, guard=a.ownership)
+        try:
+            with pytest.raises(PartitionFenced, match="does not own verdict partition 99"):
+                store.commit_batch(
+                    BatchWrite(now_ms=1, incidents=[row("refused")], partitions={owned[0], 99}),
+                    keep_verdict_ids=0,
+                )
+            store.commit_batch(
+                BatchWrite(now_ms=1, incidents=[row("kept")], partitions={owned[0]}),
+                keep_verdict_ids=0,
+            )
+            ids = {r.row.incident_id for r in store.list_incidents(open_only=False, limit=10)}
+            assert ids == {"kept"}
+            assert a.ownership.owned_now() == frozenset(owned)
+        finally:
+            store.close()

@@ -12,67 +12,28 @@ import shutil
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
-from pydantic import SecretStr
 
-from anchorwatch.alerting.database import StateLocation
 from anchorwatch.alerting.fakes.jira import LocalJira
-from anchorwatch.alerting.render import incident_label
-from anchorwatch.alerting.service import list_incidents
-from anchorwatch.alerting.store import Store
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.stack.postgres import PostgresDatabase
 from tests.support.alerting import (
-    POLICY,
     LocalSlackWithHistory,
     lifecycle,
-    parents_by_label,
-    slack_threads,
 )
+from tests.support.alerting_instances import LEASE_S, check_every_incident, two_instances
 from tests.support.alerting_kafka import (
     ServiceProcess,
     delivered_everything,
-    drift_events,
     produce,
     ready,
-    service_config,
     service_env,
 )
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-LEASE_S = 3
-
-Config = dict[str, dict[str, Any]]
-
-
-def two_instances(
-    job: JobSettings,
-    tmp_path: Path,
-    slack: LocalSlackWithHistory,
-    jira: LocalJira,
-    database: PostgresDatabase,
-    **alerting: Any,
-) -> tuple[list[Config], StateLocation]:
-    """The settings of instances "a" and "b": one state in ``database``, a state directory
-    each (never used: the state is in PostgreSQL), a short lease."""
-    shared = {
-        "state_url": database.url,
-        "state_password": database.password,
-        "lease_s": LEASE_S,
-        "group_id": f"anchorwatch-alerting-{tmp_path.name}",
-        **alerting,
-    }
-    configs = []
-    for name in ("a", "b"):
-        config = service_config(job, tmp_path / name / "state", slack, jira, **shared)
-        config["policy"] = POLICY
-        configs.append(config)
-    return configs, StateLocation(tmp_path, database.url, SecretStr(database.password))
 
 
 def test_a_standby_finishes_the_incidents_of_a_killed_leader_whose_disk_is_gone(
@@ -121,32 +82,7 @@ def test_a_standby_finishes_the_incidents_of_a_killed_leader_whose_disk_is_gone(
         leader.kill9()
         assert standby.stop() == 0
 
-    incidents = list_incidents(location, open_only=False, limit=10)
-    assert {i.row.doc_type for i in incidents} == set(docs)
-    assert all(i.row.state == "resolved" for i in incidents)
-    parents = parents_by_label(slack.messages)
-    threads = slack_threads([m for m in slack.messages if m.get("subtype") is None])
-    events = drift_events(job_settings)
-    for item in incidents:
-        label = incident_label(item.row.incident_id)
-        assert parents[label] == 1, f"{item.row.doc_type}: {parents[label]} parent messages"
-        replies = [r["text"].split(" ")[0] for r in threads[item.refs.slack_ts or ""]]
-        assert replies == ["Update", "Update", "Resolved:"], item.row.doc_type
-        (ticket,) = [i for i in jira.issues.values() if label in i["fields"]["labels"]]
-        comments = [c["body"].split(" ")[0] for c in ticket["comments"]]
-        assert comments == ["Update,", "Update,", "Resolved"], item.row.doc_type
-        mine = {e.event_id: e for e in events if e.incident_id == item.row.incident_id}
-        assert [e.event_type for e in mine.values()] == [
-            "ANCHOR_DRIFT_ALERT",
-            "ANCHOR_DRIFT_ALERT",
-            "ANCHOR_DRIFT_RESOLVED",
-        ]
-    assert len(jira.issues) == len(docs)
-    store = Store(location, create=False)
-    try:
-        outcomes = [r["outcome"] for r in store.outbox_rows()]
-    finally:
-        store.close()
+    outcomes = check_every_incident(job_settings, location, slack, jira, set(docs))
     # The post the leader died after was found in Slack by the new leader, not sent again.
     assert "reconciled" in outcomes
 
@@ -195,13 +131,4 @@ def test_a_leader_paused_past_its_lease_posts_nothing_when_it_wakes_up(
         if standby is not None:
             assert standby.stop() == 0
 
-    parents = parents_by_label(slack.messages)
-    threads = slack_threads([m for m in slack.messages if m.get("subtype") is None])
-    incidents = list_incidents(location, open_only=False, limit=10)
-    assert {i.row.doc_type for i in incidents} == set(docs)
-    for item in incidents:
-        label = incident_label(item.row.incident_id)
-        assert parents[label] == 1
-        replies = [r["text"].split(" ")[0] for r in threads[item.refs.slack_ts or ""]]
-        assert replies == ["Update", "Update", "Resolved:"], item.row.doc_type
-    assert len(jira.issues) == len(docs)
+    check_every_incident(job_settings, location, slack, jira, set(docs))

@@ -147,3 +147,20 @@ def test_a_webhook_url_that_is_no_url_is_refused_without_showing_it() -> None:
         )
     assert "webhook_url: must be an http(s) URL" in str(caught.value)
     assert "s3cr3t" not in str(caught.value)
+
+
+def test_work_split_needs_postgresql_and_names_what_it_cannot_split_yet() -> None:
+    with pytest.raises(SettingsError, match="work_split: needs the state in PostgreSQL"):
+        AlertingSettings.load(None, alerting={"work_split": True})
+    url = "postgresql://anchorwatch@db:5432/anchorwatch"
+    with pytest.raises(SettingsError) as caught:
+        AlertingSettings.load(None, alerting={"work_split": True, "state_url": url})
+    for name in ("grouping.enabled", "watchdog.enabled", "alerting.refit"):
+        assert name in str(caught.value)
+    split = AlertingSettings.load(
+        None,
+        alerting={"work_split": True, "state_url": url, "refit": False},
+        grouping={"enabled": False},
+        watchdog={"enabled": False},
+    )
+    assert split.alerting.work_split

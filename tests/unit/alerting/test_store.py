@@ -4,6 +4,7 @@ and on PostgreSQL alike (``alerting_state``)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from anchorwatch.alerting.database import INTEGRITY_ERRORS, StateLocation
+from anchorwatch.alerting.leadership import PartitionFenced
 from anchorwatch.alerting.store import (
     BatchWrite,
     DocTypeRow,
@@ -301,3 +303,49 @@ def test_a_corrupt_state_file_is_named_with_sqlites_reason(tmp_path: Path) -> No
     assert str(raised.value) == (
         f"alerting state {tmp_path / 'alerting.sqlite3'}: file is not a database"
     )
+
+
+class OwnsOnly:
+    """A ``PartitionGuard`` owning the partitions given; what it was asked to fence."""
+
+    def __init__(self, *owned: int) -> None:
+        self.owned = frozenset(owned)
+        self.fenced: list[set[int]] = []
+
+    def fence_partitions(self, db: object, partitions: Collection[int]) -> None:
+        self.fenced.append(set(partitions))
+        if not set(partitions) <= self.owned:
+            raise PartitionFenced(f"not owned: {sorted(set(partitions) - self.owned)}")
+
+    def owned_now(self) -> frozenset[int]:
+        return self.owned
+
+
+def test_with_the_work_split_senders_take_and_mark_only_their_partitions_entries(
+    alerting_state: State,
+) -> None:
+    writer = Store(alerting_state)
+    writer.commit_batch(
+        batch(
+            doc_types=[DocTypeRow("invoice", 0, [], 0), DocTypeRow("contract", 0, [], 1)],
+            incidents=[row("on-0"), row("on-1", doc_type="contract")],
+            outbox=[entry("on-0", 1), entry("on-1", 1)],
+        ),
+        keep_verdict_ids=0,
+    )
+    writer.close()
+    guard = OwnsOnly(1)
+    mine = Store(alerting_state, guard=guard)
+    due = mine.due("slack", 10_000, 10)
+    assert [e.incident_id for e in due] == ["on-1"]
+    assert mine.next_due_ms("slack") == 1_000
+    mine.mark_attempting([due[0].id], 2_000)
+    assert guard.fenced[-1] == {1}
+    (theirs,) = [r for r in mine.outbox_rows() if r["incident_id"] == "on-0"]
+    with pytest.raises(PartitionFenced, match=r"not owned: \[0\]"):
+        mine.mark_attempting([theirs["id"]], 2_000)
+    with pytest.raises(PartitionFenced):
+        mine.commit_batch(batch(incidents=[row("on-0")], partitions={0, 1}), keep_verdict_ids=0)
+    statuses = {r["incident_id"]: r["status"] for r in mine.outbox_rows()}
+    assert statuses == {"on-0": "pending", "on-1": "attempting"}
+    assert Store(alerting_state, guard=OwnsOnly()).due("slack", 10_000, 10) == []
