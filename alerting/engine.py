@@ -86,7 +86,7 @@ __all__ = ["MIN_HISTORY", "Engine", "RawMessage"]
 WATERMARK = "watermark:"
 
 
-def _watermarks(meta: dict[str, str], partitions: frozenset[int] | None) -> dict[int, int]:
+def stored_watermarks(meta: dict[str, str], partitions: frozenset[int] | None) -> dict[int, int]:
     """Each partition's event time as stored: one key per partition, over the one JSON
     value of them all that earlier versions wrote."""
     marks = {int(p): int(ms) for p, ms in orjson.loads(meta.get("watermarks", "{}")).items()}
@@ -156,7 +156,7 @@ class Engine(Releasing):
             if points:
                 metrics.window(known.doc_type, points[-1].mean_drift, points[-1].threshold)
         # Event time per verdicts partition: the latest window end seen on it.
-        self._watermarks = _watermarks(restored.meta, partitions)
+        self._watermarks = stored_watermarks(restored.meta, partitions)
         # When each partition last delivered a verdict (processing time; not stored: after
         # a restart every partition gets silence_lag_s to show it is alive).
         self._seen_at: dict[int, float] = {}

@@ -11,6 +11,7 @@ record: ``anchorwatch baseline pin``) is never refitted: counted and logged as `
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Final
@@ -107,6 +108,34 @@ class Refitter:
         self._not_before = 0.0
         #: Types the last run found due (at most TYPES_PER_RUN): at the cap, more may wait.
         self.last_due = 0
+
+    def keep(
+        self,
+        stop: threading.Event,
+        ready: Callable[[], bool],
+        verdicts_waiting: Callable[[], bool],
+        every_s: float,
+    ) -> None:
+        """The refit thread, until ``stop``: out of the consumer's way, a run starts only
+        while no verdicts wait (its ``due`` sorts every type under the history's lock, its
+        fits take the interpreter, one lock for all Python threads) and gives way after its
+        first fit when some arrive; the next follows at once while types are due, else a
+        check (``every_s``) later. So a minute's burst of verdicts is decided first, and the
+        refits use the rest of the minute. Under verdicts that never stop, a run still
+        starts once per check. Nothing before ``ready()`` (every current baseline known: a
+        pin not yet read would be refitted over, a fresher baseline fitted again)."""
+        last_run = time.monotonic()
+        while not stop.is_set():
+            if not ready():
+                stop.wait(0.2)
+                continue
+            if verdicts_waiting() and time.monotonic() - last_run < every_s:
+                stop.wait(0.05)
+                continue
+            last_run = time.monotonic()
+            self.run(yield_now=verdicts_waiting)
+            if self.last_due < self.TYPES_PER_RUN:
+                stop.wait(every_s)
 
     def run(self, yield_now: Callable[[], bool] = lambda: False) -> list[Baseline]:
         """Fit and publish the types due now, up to TYPES_PER_RUN of them (the longest

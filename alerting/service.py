@@ -56,7 +56,7 @@ from anchorwatch.alerting.split_work import SplitWork
 from anchorwatch.alerting.state_lock import AlertingServiceError, StateLock
 from anchorwatch.alerting.store import IncidentListing, Store
 from anchorwatch.alerting.store_records import PartitionGuard
-from anchorwatch.alerting.watchdog_run import WatchdogRunner
+from anchorwatch.alerting.watchdog_run import StateView, WatchdogRunner
 from anchorwatch.kafkaio import check_access
 from anchorwatch.policy.refit import RefitHistory, RefitSchedule
 
@@ -162,7 +162,12 @@ class AlertingService:
                 self._verdicts = VerdictConsumer(s, self.engine.offsets)
             if s.watchdog.enabled:
                 self.watchdog = WatchdogRunner(
-                    s, self.engine, self.integrations(), self.registry, clock=self._clock
+                    s,
+                    self.engine,
+                    self.integrations(),
+                    self.registry,
+                    clock=self._clock,
+                    view=StateView(state) if self._split is not None else None,
                 )
             self._baselines = BaselineConsumer(s, self.metrics.baselines.labels("invalid").inc)
         except BaseException:
@@ -370,7 +375,7 @@ class AlertingService:
                     self._decide_split(split)
                 except PartitionFenced as exc:
                     split.fenced(exc)
-                    self.engine = split.engine
+                    self._follow(split.engine)
                 continue
             now = time.monotonic()
             assert isinstance(verdicts, VerdictConsumer)
@@ -421,38 +426,34 @@ class AlertingService:
         prune by the owner of partition 0 alone."""
         a = self.settings.alerting
         messages = split.poll(a.batch_max, a.poll_timeout_s)
-        engine = self.engine = split.engine
+        engine = self._follow(split.engine)
         now = time.monotonic()
         if 0 in split.assigned and now - self._pruned > self.PRUNE_EVERY_S:
             self._prune(engine)
             self._pruned = now
         self._between_batches(engine, now)
+        at_ms = int(self._clock() * 1000)
+        if self.watchdog is not None and self.watchdog.tick(at_ms, post=0 in split.assigned):
+            self._wake_senders()
         self._decide(engine, split, messages)
 
+    def _follow(self, engine: Engine) -> Engine:
+        """The engine the work split built anew, for the watchdog too."""
+        if engine is not self.engine:
+            self.engine = engine
+            if self.watchdog is not None:
+                self.watchdog.rebind(engine)
+        return engine
+
     def _refit(self) -> None:
-        """Refits off the consumer thread, and out of its way: a run starts only while no
-        verdicts wait (its ``due`` sorts every type under the history's lock, its fits take
-        the interpreter, one lock for all Python threads) and gives way after its first fit
-        when some arrive; the next follows at once while types are due, else a check later.
-        So a minute's burst of verdicts is decided first, and the refits use the rest of the
-        minute. Under verdicts that never stop, a run still starts once per check interval."""
+        """Refits on a thread of their own, out of the verdicts' way (``Refitter.keep``)."""
         assert self.refitter is not None
         assert self._baselines is not None
         every = min(self.REFIT_CHECK_S, float(self.settings.alerting.refit_interval_s))
-        last_run = time.monotonic()
-        while not self._stop.is_set():
-            if not self._baselines.caught_up:
-                # Not before every current baseline is known: a pin not yet read would be
-                # refitted over, a fresher baseline fitted again.
-                self._stop.wait(0.2)
-                continue
-            if self._verdicts_waiting.is_set() and time.monotonic() - last_run < every:
-                self._stop.wait(0.05)
-                continue
-            last_run = time.monotonic()
-            self.refitter.run(yield_now=self._verdicts_waiting.is_set)
-            if self.refitter.last_due < self.refitter.TYPES_PER_RUN:
-                self._stop.wait(every)
+        baselines = self._baselines
+        self.refitter.keep(
+            self._stop, lambda: baselines.caught_up, self._verdicts_waiting.is_set, every
+        )
 
     # ----------------------------------------------------------------- probes
 
@@ -528,6 +529,8 @@ class AlertingService:
         if self.engine and consumer_done and "alerting-refit" not in stuck:
             # A thread still deciding, or still fitting, keeps its connections.
             self.engine.close()
+            if self.watchdog is not None:
+                self.watchdog.close()
         if not stuck:
             # A thread still running may still write: the lead stays held until it expires.
             self._give_state_up()

@@ -578,7 +578,6 @@ class AlertingSettings(ServiceSettings):
             name
             for name, enabled in (
                 ("grouping.enabled", self.grouping.enabled),
-                ("watchdog.enabled", self.watchdog.enabled),
                 ("alerting.refit", self.alerting.refit),
             )
             if enabled

@@ -171,7 +171,8 @@ class NoticePoster:
         types = dict(notice.types) if resolved else dict(sight.types)
         causes = list(notice.causes) if resolved else sorted(sight.causes)
         view = self._view(notice, decision, types, causes, now_ms, acked[0])
-        batch = BatchWrite(now_ms=now_ms)
+        # Partition 0's: with the work split, its owner alone posts the notice.
+        batch = BatchWrite(now_ms=now_ms, partitions={0})
         payload = notification_payload(view, [], force_comment=decision.kind == "updated")
         event = self._event(notice, decision.kind, view, types, now_ms)
         seq = self._fanout.enqueue_change(

@@ -4,6 +4,12 @@ verdicts are not held up), and the consumer thread, between batches, hands each 
 with the engine's view to the detector (``watchdog.py``) and posts what it decides
 (``watchdog_post.py``) on the engine's store, like the held incidents it releases.
 
+With the work split among instances (``split_work.py``), the engine holds only its own
+types: every instance's watchdog then sees every type through the state (``StateView``), and
+only the owner of verdict partition 0 posts (its notice's writes are fenced by that
+partition's lease); the others keep their detector current, so a new owner is not blind to
+what came before it.
+
 Metrics: ``anchorwatch_alerting_blind_doc_types`` (the types the notice lists now),
 ``anchorwatch_alerting_watchdog_checks_total{outcome}`` (``seeing``, ``blind``,
 ``warming_up``, ``no_input``, ``error``), ``anchorwatch_alerting_watchdog_notices_total{kind}``
@@ -15,13 +21,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Final
+from collections.abc import Callable, Collection, Sequence
+from typing import Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from anchorwatch.alerting.engine import Engine
+from anchorwatch.alerting.database import Database, StateLocation
+from anchorwatch.alerting.engine import Engine, stored_watermarks
 from anchorwatch.alerting.settings import AlertingSettings
+from anchorwatch.alerting.store import FILENAME, PG_SCHEMA
 from anchorwatch.alerting.watchdog import Observation, Thresholds, Watchdog, decide
 from anchorwatch.alerting.watchdog_post import NoticePoster
 from anchorwatch.alerting.watchdog_probe import InputProbe, ProbeError, Sample
@@ -61,6 +69,43 @@ class WatchdogMetrics:
             self.checks.labels(outcome)
 
 
+class TypesView(Protocol):
+    """What the detector needs of the types' verdicts: the engine, or the state."""
+
+    def last_window_start_ms(self, doc_type: str) -> int | None: ...
+
+    @property
+    def watermark_ms(self) -> int: ...
+
+
+class StateView:
+    """Every type as the state holds it (the work split: the engine holds its own alone),
+    read once per check on a connection of its own."""
+
+    def __init__(self, location: StateLocation) -> None:
+        self._db = Database(location, filename=FILENAME, schema=PG_SCHEMA)
+        self._last: dict[str, int] = {}
+        self._watermark = 0
+
+    def load(self, doc_types: Collection[str]) -> None:
+        wanted = set(doc_types)
+        # All rows, filtered here: one statement whatever the number of types wanted.
+        rows = self._db.execute("SELECT doc_type, last_window_start_ms FROM doc_types")
+        self._last = {d: int(ms) for d, ms in rows if d in wanted}
+        meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        self._watermark = max(stored_watermarks(meta, None).values(), default=0)
+
+    def last_window_start_ms(self, doc_type: str) -> int | None:
+        return self._last.get(doc_type)
+
+    @property
+    def watermark_ms(self) -> int:
+        return self._watermark
+
+    def close(self) -> None:
+        self._db.close()
+
+
 class WatchdogRunner:
     def __init__(
         self,
@@ -71,20 +116,16 @@ class WatchdogRunner:
         *,
         clock: Callable[[], float] = time.time,
         probe: Callable[[], Sample | None] | None = None,
+        view: StateView | None = None,
     ) -> None:
+        """``view``: the types as the state holds them, instead of the engine's."""
         w = settings.watchdog
         self._settings = settings
-        self._engine = engine
+        self._integrations = integrations
         self._clock = clock
+        self._view = view
         self.metrics = WatchdogMetrics(registry)
-        # follow: the engine holds the notice's row, so an Acknowledge click on it applies.
-        self.poster = NoticePoster(
-            settings,
-            engine.store,
-            integrations,
-            clock_ms=lambda: int(clock() * 1000),
-            follow=engine._keep,
-        )
+        self.rebind(engine)
         listed = self.poster.notice.types if self.poster.notice is not None else None
         self.detector = Watchdog(
             Thresholds(w.blind_after_s, w.forget_after_s, w.update_interval_s), listed=listed
@@ -94,6 +135,23 @@ class WatchdogRunner:
         self._own_probe: InputProbe | None = None
         self._lock = threading.Lock()
         self._samples: list[tuple[float, Sample | None]] = []
+
+    def rebind(self, engine: Engine) -> None:
+        """To this engine (the work split built a new one): the notice as the state holds
+        it now, which another instance may have changed since."""
+        self._engine = engine
+        # follow: the engine holds the notice's row, so an Acknowledge click on it applies.
+        self.poster = NoticePoster(
+            self._settings,
+            engine.store,
+            self._integrations,
+            clock_ms=lambda: int(self._clock() * 1000),
+            follow=engine._keep,
+        )
+
+    def close(self) -> None:
+        if self._view is not None:
+            self._view.close()
 
     # ----------------------------------------------------------------- the probe thread
 
@@ -127,21 +185,25 @@ class WatchdogRunner:
 
     # ----------------------------------------------------------------- the consumer thread
 
-    def tick(self, consumed_ms: int) -> bool:
-        """Decides on the samples taken since the last tick; True when it posted."""
+    def tick(self, consumed_ms: int, *, post: bool = True) -> bool:
+        """Decides on the samples taken since the last tick; True when it posted. Without
+        ``post`` (the work split: another instance posts) the detector only observes."""
         with self._lock:
             samples, self._samples = self._samples, []
         posted = False
         for at_s, sample in samples:
-            posted |= self._check(at_s, sample, consumed_ms)
+            posted |= self._check(at_s, sample, consumed_ms, post)
         return posted
 
-    def _check(self, at_s: float, sample: Sample | None, consumed_ms: int) -> bool:
+    def _check(self, at_s: float, sample: Sample | None, consumed_ms: int, post: bool) -> bool:
         if sample is None:
             self.metrics.checks.labels("no_input").inc()
             return False
         wanted = self.detector.watched() | set(sample.arrivals)
-        engine = self._engine
+        engine: TypesView = self._engine
+        if self._view is not None:
+            self._view.load(wanted)
+            engine = self._view
         observation = Observation(
             at_s=at_s,
             arrivals=sample.arrivals,
@@ -156,6 +218,8 @@ class WatchdogRunner:
             return False
         self.metrics.checks.labels("blind" if sight.blind else "seeing").inc()
         self.metrics.blind.set(len(sight.types))
+        if not post:
+            return False
         decision = decide(
             self.poster.posted(), sight, at_s, self._settings.watchdog.update_interval_s
         )

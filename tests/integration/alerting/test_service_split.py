@@ -61,14 +61,13 @@ def split_instances(
     database: PostgresDatabase,
 ) -> tuple[list[Config], StateLocation]:
     """Instances "a" and "b" sharing the work on one state in ``database``."""
-    off = {"enabled": False}
     return two_instances(
         job,
         tmp_path,
         slack,
         jira,
         database,
-        sections={"grouping": off, "watchdog": off},
+        sections={"grouping": {"enabled": False}},
         work_split=True,
         refit=False,
         batch_max=4,

@@ -155,12 +155,12 @@ def test_work_split_needs_postgresql_and_names_what_it_cannot_split_yet() -> Non
     url = "postgresql://anchorwatch@db:5432/anchorwatch"
     with pytest.raises(SettingsError) as caught:
         AlertingSettings.load(None, alerting={"work_split": True, "state_url": url})
-    for name in ("grouping.enabled", "watchdog.enabled", "alerting.refit"):
+    for name in ("grouping.enabled", "alerting.refit"):
         assert name in str(caught.value)
     split = AlertingSettings.load(
         None,
         alerting={"work_split": True, "state_url": url, "refit": False},
         grouping={"enabled": False},
-        watchdog={"enabled": False},
     )
     assert split.alerting.work_split
+    assert split.watchdog.enabled
