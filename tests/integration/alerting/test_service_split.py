@@ -30,6 +30,7 @@ from anchorwatch.contracts import Verdict, encode
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config
 from anchorwatch.stack.postgres import PostgresDatabase
+from anchorwatch.stack.processes import free_port
 from tests.support.alerting import (
     LocalSlackWithHistory,
     lifecycle,
@@ -297,3 +298,52 @@ def delivered_kept(location: StateLocation, partition: int, produced: int) -> bo
         return consumed >= produced and sum(store.pending_counts().values()) == 0
     finally:
         store.close()
+
+
+def test_a_third_instance_joins_and_takes_its_share_with_nothing_lost_or_doubled(
+    job_settings: JobSettings,
+    tmp_path: Path,
+    slack: LocalSlackWithHistory,
+    jira: LocalJira,
+    postgres_url: PostgresDatabase,
+) -> None:
+    """Two instances share the partitions with incidents open on every one; a third joins
+    mid-incident: the group rebalances (each partition moving is released by its owner at
+    once and taken by the new one), and the incidents go on to their ends, each posted once
+    whoever owned its partition at each step."""
+    partitions = verdict_partitions(job_settings)
+    assert len(partitions) >= 3, "three instances need three partitions to share"
+    configs, location = split_instances(job_settings, tmp_path, slack, jira, postgres_url)
+    third = {**configs[1], "alerting": {**configs[1]["alerting"], "metrics_port": free_port()}}
+    third["alerting"]["state_dir"] = str(tmp_path / "c" / "state")
+    a = ServiceProcess(service_env(configs[0]), tmp_path / "a.log")
+    b = ServiceProcess(service_env(configs[1]), tmp_path / "b.log")
+    c: ServiceProcess | None = None
+    try:
+        wait_until(lambda: ready(configs[0]) and ready(configs[1]), 60, "both to be ready")
+        wait_until(lambda: shared_by_two(location, partitions), 60, "a and b share the work")
+        first = lifecycles("scale", partitions)
+        half = len(first) // 2
+        produced = produce_on(job_settings, first[:half])
+        wait_until(lambda: delivered_everything(location, produced), 60, "the first posts")
+        c = ServiceProcess(service_env(third), tmp_path / "c.log")
+        joined = time.monotonic()
+        wait_until(
+            lambda: (
+                len(holders(location)) == len(partitions)
+                and len(set(holders(location).values())) == 3
+            ),
+            60,
+            "the third instance to own a share",
+        )
+        took = time.monotonic() - joined
+        print(f"\nthe third instance owned partitions {took:.1f} s after it started")
+        produced += produce_on(job_settings, first[half:])
+        wait_until(lambda: delivered_everything(location, produced), 120, "all three to finish")
+    finally:
+        assert a.stop() == 0
+        assert b.stop() == 0
+        if c is not None:
+            assert c.stop() == 0
+
+    check_every_incident(job_settings, location, slack, jira, {v.window.doc_type for _, v in first})
