@@ -552,7 +552,8 @@ class Engine(Releasing):
         return self._store
 
     def close(self) -> None:
-        if self.refit is not None:
+        if self.refit is not None and self._partitions is None:
+            # Split (``partitions``), the history outlives each engine: the service's.
             self.refit.close()
         self._silences.close()
         self._acks.close()

@@ -90,6 +90,7 @@ class Refitter:
         *,
         clock: Callable[[], float] = time.time,
         publish: Callable[[list[Baseline]], object] | None = None,
+        split: bool = False,
     ) -> None:
         assert engine.refit is not None
         self._settings = settings
@@ -108,6 +109,12 @@ class Refitter:
         self._not_before = 0.0
         #: Types the last run found due (at most TYPES_PER_RUN): at the cap, more may wait.
         self.last_due = 0
+        # The work split (``split_work.py``): the types of this instance's engine alone.
+        self._all_types = not split
+
+    def rebind(self, engine: Engine) -> None:
+        """To the engine the work split built anew (the history is the same)."""
+        self._engine = engine
 
     def keep(
         self,
@@ -156,11 +163,15 @@ class Refitter:
         self._metrics.behind.set(behind)
         self._metrics.behind_age.set(behind_ms / 1000)
         self._metrics.unfitted.set(unfitted)
+        engine = self._engine
         due = self._history.due(
             now_ms,
             tracker.baseline,
             self.TYPES_PER_RUN,
             pinned=lambda doc_type: tracker.pin(doc_type) is not None,
+            include=None
+            if self._all_types
+            else lambda doc_type: engine.last_window_start_ms(doc_type) is not None,
         )
         self.last_due = sum(1 for item in due if not item.pinned)
         for item in due:
@@ -257,6 +268,12 @@ def rebuild_refit_history(
     if not history.doc_types():
         since_ms = now_ms - settings.alerting.refit_history_s * 1000
         read = read_recent_windows(settings, since_ms, history.add)
+    follow_incidents(history, store)
+    return read
+
+
+def follow_incidents(history: RefitHistory, store: Store) -> None:
+    """Every incident the state holds, as it is now, applied to ``history``."""
     for listing in store.list_incidents(open_only=False, limit=100_000):
         record = listing.row.record
         history.incident(
@@ -267,4 +284,3 @@ def rebuild_refit_history(
             resolution=record.get("resolution"),
         )
     history.flush()
-    return read

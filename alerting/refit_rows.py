@@ -95,8 +95,11 @@ class StoredRows:
     def _id(self, doc_type: str) -> int:
         type_id = self._ids.get(doc_type)
         if type_id is None:
+            # Another instance sharing the work may have put the type since this one read
+            # the ids: its id is taken, not a second one.
             cursor = self._write().execute(
-                "INSERT INTO doc_types (doc_type, latest_end_ms) VALUES (?, ?) RETURNING type_id",
+                "INSERT INTO doc_types (doc_type, latest_end_ms) VALUES (?, ?) ON CONFLICT "
+                "(doc_type) DO UPDATE SET doc_type = excluded.doc_type RETURNING type_id",
                 (doc_type, -1),
             )
             type_id = self._ids[doc_type] = int(cursor.fetchone()[0])

@@ -46,12 +46,16 @@ from anchorwatch.alerting.integrations.dry_run import DryRunSender
 from anchorwatch.alerting.leadership import Lease, LostLead, PartitionFenced
 from anchorwatch.alerting.notify import OneAttempt
 from anchorwatch.alerting.outbox import Drainer
-from anchorwatch.alerting.refit import RefitMetrics, Refitter, rebuild_refit_history
+from anchorwatch.alerting.refit import (
+    RefitMetrics,
+    Refitter,
+    follow_incidents,
+    rebuild_refit_history,
+)
 from anchorwatch.alerting.refit_rows import StoredRows
+from anchorwatch.alerting.service_endpoint import start_endpoint
 from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.settings import AlertingSettings
-from anchorwatch.alerting.silence_api import SilenceApi
-from anchorwatch.alerting.slack_actions import SlackInteractions
 from anchorwatch.alerting.split_work import SplitWork
 from anchorwatch.alerting.state_lock import AlertingServiceError, StateLock
 from anchorwatch.alerting.store import IncidentListing, Store
@@ -114,6 +118,7 @@ class AlertingService:
         self._failure: BaseException | None = None
         self.refit_metrics = RefitMetrics(self.registry)
         self.refitter: Refitter | None = None
+        self._refit_history: RefitHistory | None = None  # the work split: every engine's
         self.watchdog: WatchdogRunner | None = None  # notices when anchorwatch is blind
         self.left_behind: list[str] = []  # what the last stop could not finish in time
 
@@ -155,7 +160,9 @@ class AlertingService:
                 self.engine = self._make_engine(None, None)
             refit = self.engine.refit
             if refit is not None:
-                self.refitter = Refitter(s, self.engine, self.refit_metrics, clock=self._clock)
+                self.refitter = Refitter(
+                    s, self.engine, self.refit_metrics, clock=self._clock, split=a.work_split
+                )
             if self._endpoint is None:
                 self._start_endpoint(state)
             if self._split is None:
@@ -200,16 +207,16 @@ class AlertingService:
         a = self.settings.alerting
         state = a.state_location()
         store = Store(state, synchronous=a.sqlite_synchronous, fence=self._fence, guard=guard)
-        refit = (
-            RefitHistory(
+        refit = self._refit_history
+        if a.refit and refit is None:
+            refit = RefitHistory(
                 RefitSchedule(
                     a.refit_interval_s * 1000, a.refit_history_s * 1000, a.refit_min_windows
                 ),
                 StoredRows(state),
             )
-            if a.refit
-            else None
-        )
+            if partitions is not None:
+                self._refit_history = refit  # it outlives each engine of the work split
         return Engine(
             self.settings,
             store,
@@ -222,24 +229,9 @@ class AlertingService:
         )
 
     def _start_endpoint(self, state: StateLocation) -> None:
-        """/metrics, the probes, the silences API and Slack's buttons (these two write the
-        state directly, so a standby could take them too)."""
-        s, a = self.settings, self.settings.alerting
-        token = a.token()
-        api = SilenceApi(state, token.get_secret_value() if token else None)
-        secret = s.slack.signing() if s.slack.buttons else None  # else: 404
-        slack = SlackInteractions(
-            state, secret.get_secret_value() if secret else None, clock=self._clock
+        self._endpoint = start_endpoint(
+            self.settings, state, self.registry, self.health, self.readiness, self._clock
         )
-        self._endpoint = Endpoint(
-            a.metrics_host,
-            a.metrics_port,
-            self.registry,
-            self.health,
-            self.readiness,
-            api=api.handle,
-            slack=slack.handle,
-        ).start()
 
     def _stop_endpoint(self) -> None:
         if self._endpoint is not None:
@@ -438,11 +430,16 @@ class AlertingService:
         self._decide(engine, split, messages)
 
     def _follow(self, engine: Engine) -> Engine:
-        """The engine the work split built anew, for the watchdog too."""
+        """The engine the work split built anew, for the watchdog and the refits too: the
+        incidents of the types it takes over (their former owner's) leave the history's
+        windows they cover out of the next fits."""
         if engine is not self.engine:
             self.engine = engine
             if self.watchdog is not None:
                 self.watchdog.rebind(engine)
+            if self.refitter is not None and engine.refit is not None:
+                follow_incidents(engine.refit, engine.store)
+                self.refitter.rebind(engine)
         return engine
 
     def _refit(self) -> None:
@@ -529,6 +526,8 @@ class AlertingService:
         if self.engine and consumer_done and "alerting-refit" not in stuck:
             # A thread still deciding, or still fitting, keeps its connections.
             self.engine.close()
+            if self._refit_history is not None:
+                self._refit_history.close()
             if self.watchdog is not None:
                 self.watchdog.close()
         if not stuck:

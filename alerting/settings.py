@@ -574,14 +574,7 @@ class AlertingSettings(ServiceSettings):
     @model_validator(mode="after")
     def _work_split(self) -> AlertingSettings:
         # Each of these decides across doc types that several instances own when split.
-        on = [
-            name
-            for name, enabled in (
-                ("grouping.enabled", self.grouping.enabled),
-                ("alerting.refit", self.alerting.refit),
-            )
-            if enabled
-        ]
+        on = [name for name, enabled in (("grouping.enabled", self.grouping.enabled),) if enabled]
         if self.alerting.work_split and on:
             raise ValueError(
                 f"alerting.work_split: not yet with {', '.join(on)} (set false): they decide "

@@ -265,15 +265,18 @@ class RefitHistory:
         held: Callable[[str], Baseline | None],
         limit: int | None = None,
         pinned: Callable[[str], bool] | None = None,
+        include: Callable[[str], bool] | None = None,
     ) -> list[FitInput]:
         """The types due for a refit at ``now_ms`` with what each would be fitted on (at most
         ``limit``, longest unfitted first). ``held``: the baseline a type is judged by now;
         ``pinned``: whether a type is pinned (default: its baseline carries a pin). Pinned
-        types that would be due come out marked so, without windows, beyond ``limit``."""
+        types that would be due come out marked so, without windows, beyond ``limit``.
+        ``include``: the types to consider (default: all)."""
         out: list[FitInput] = []
         fits = 0
         is_pinned = pinned or (lambda t: (b := held(t)) is not None and b.pin is not None)
-        order = sorted(self._types, key=lambda t: (self._last_fit(t, held), t))
+        types = self._types if include is None else [t for t in self._types if include(t)]
+        order = sorted(types, key=lambda t: (self._last_fit(t, held), t))
         for doc_type in order:
             pinned_type = is_pinned(doc_type)
             if limit is not None and fits >= limit and not pinned_type:

@@ -70,7 +70,6 @@ def split_instances(
         database,
         sections={"grouping": {"enabled": False}},
         work_split=True,
-        refit=False,
         batch_max=4,
     )
 
