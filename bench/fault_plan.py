@@ -20,7 +20,7 @@ from anchorwatch.contracts.models import verdict_id
 from anchorwatch.demo.slice import Holders, differences
 
 #: The faults of issues 17, 33 and 35 that the local stack can inject, one per trial, cycled
-#: so that N trials cover every kind (N >= 11) in an order shuffled by the campaign seed.
+#: so that N trials cover every kind (N >= 14) in an order shuffled by the campaign seed.
 FAULTS: Final = (
     "broker-kill",  # kill -9 of the leader of a snapshots partition; `stack up` after a while
     "broker-pause",  # SIGSTOP of a partition leader past the broker session timeout; SIGCONT
@@ -30,6 +30,10 @@ FAULTS: Final = (
     # Two alerting instances on one PostgreSQL state (bench/fault_alerting.py):
     "alerting-takeover",  # kill -9 of the leader, its state directory deleted; standby leads
     "alerting-pause",  # SIGSTOP of the leader past its lease; SIGCONT: it must post nothing
+    # The two share the verdict partitions (alerting.work_split) instead:
+    "alerting-scale",  # a third instance joins mid-run: the partitions rebalance
+    "alerting-split-takeover",  # kill -9 of an open incident's owner, its state dir deleted
+    "alerting-split-pause",  # SIGSTOP of an open incident's owner past its leases; SIGCONT
     "slack-down",  # Slack answers 503, then 429 with Retry-After, for a while
     "jira-down",  # Jira answers 503 for a while
     # What people do to an incident, with the alerting service crashing where it applies it
@@ -80,7 +84,7 @@ class TrialSpec:
             what += f" (replaced after {self.duration_s:.0f}s)"
         elif self.fault == "alerting-kill":
             what += f" ({'at ' + self.crash_point if self.crash_point else 'at random'})"
-        elif self.fault in ("slack-down", "jira-down", "alerting-pause"):
+        elif self.fault in ("slack-down", "jira-down", "alerting-pause", "alerting-split-pause"):
             what += f" ({self.duration_s:.0f}s)"
         return f"{what} at {self.at:.0%} of the live span"
 
@@ -102,6 +106,7 @@ def plan_trials(
             "broker-pause": rng.uniform(10, 25),  # past the 6 s broker session timeout
             "taskmanager-kill": rng.uniform(1, 10),
             "alerting-pause": rng.uniform(12, 20),  # past the demo's 5 s lease
+            "alerting-split-pause": rng.uniform(12, 20),  # past its leases and group session
             "slack-down": rng.uniform(15, 40),
             "jira-down": rng.uniform(15, 40),
         }.get(fault, 0.0)
@@ -242,7 +247,9 @@ def count_notifications(
             kinds = [_reply_kind(m) for m in thread]
             texts = [m.get("text", "") for m in thread if _reply_kind(m) == "Update"]
             resolved = kinds.count("Resolved:")
-            repeats = max(0, resolved - 1) + len(texts) - len(set(texts))
+            # Each update reply carries one chart: one more is a chart posted twice.
+            charts = max(0, kinds.count("chart") - kinds.count("Update"))
+            repeats = max(0, resolved - 1) + len(texts) - len(set(texts)) + charts
             if repeats:
                 out.duplicates += repeats
                 out.problems.append(f"{incident_id}: {repeats} repeated Slack replies: {kinds}")

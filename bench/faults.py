@@ -31,7 +31,8 @@ line ``operator paths: ...`` before the last.
 Two kinds run the alerting service as a leader and a standby on one PostgreSQL state
 (bench/fault_alerting.py): ``alerting-takeover`` kills the leader with its state directory
 deleted, ``alerting-pause`` stops it past its lease; a line ``alerting takeover: ...`` gives
-the time to an instance leading again and to the next Slack post, median and max.
+the time to an instance leading again and to the next Slack post, median and max. Three
+share the work instead (``alerting-scale``: a third joins; ``alerting-split-*``).
 
 Anything else that went wrong (an incident missed, a batch never acknowledged, a thread out
 of order) is printed and fails the campaign too. One line per trial; the last line is
@@ -79,7 +80,7 @@ from anchorwatch.kafkaio import read_topic
 from anchorwatch.stack.processes import free_port_block
 from anchorwatch.stack.stack import Stack, StackSettings
 from bench import fault_alerting
-from bench.fault_alerting import PAIR_FAULTS
+from bench.fault_alerting import PAIR_FAULTS, SPLIT_FAULTS
 from bench.fault_operator import OperatorOutcome, operator_line, operator_summary
 from bench.fault_operator import run_operator_trial as _run_operator_trial
 from bench.fault_plan import (
@@ -193,7 +194,7 @@ class FaultJourney(Journey):
 
     def _supervise(self) -> None:
         while not self._done.wait(0.3):
-            self.supervised.restart_dead(("ingest", "alerting", "alerting-2"))
+            self.supervised.restart_dead(("ingest", "alerting", "alerting-2", "alerting-3"))
 
     # ----------------------------------------------------------------- the faults
 
@@ -455,6 +456,7 @@ def run_trial(
         # and its standby on PostgreSQL (and only the fault strikes: no journey kill).
         alerting_instances=2 if spec.fault in PAIR_FAULTS else 1,
         kill_alerting_leader=False,
+        alerting_work_split=spec.fault in SPLIT_FAULTS,  # the two share the partitions
         **options,
     )
     journey = FaultJourney(stack, job, alerting, opts, lambda line: None, spec, job_overrides)
@@ -473,7 +475,7 @@ def run_trial(
         journey.stop()
     result.figures["injected"] = journey.injected.get("detail", "not injected")
     result.figures["timings"] = {
-        k: v for k, v in journey.injected.items() if k in ("takeover_s", "next_post_s")
+        k: v for k, v in journey.injected.items() if k in fault_alerting.TIMINGS
     }
     result.figures["seconds"] = round(time.monotonic() - t)
     if "detail" not in journey.injected:
@@ -587,9 +589,8 @@ def main(argv: list[str] | None = None) -> int:
     operator = [(r.spec, r.operator) for r in results if r.operator is not None]
     if operator:
         print(operator_summary(operator))
-    takeovers = fault_alerting.takeover_line([r.figures.get("timings", {}) for r in results])
-    if takeovers:
-        print(takeovers)
+    for line in fault_alerting.summary_lines([r.figures.get("timings", {}) for r in results]):
+        print(line)
     print(final_line(results))
     return 0 if all(r.clean and not r.problems for r in results) else 1
 

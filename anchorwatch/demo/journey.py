@@ -102,6 +102,10 @@ class JourneyOptions:
     alerting_instances: int = 2
     #: With two: kill the leader at KILL_AT (the fault campaign strikes on its own instead).
     kill_alerting_leader: bool = True
+    #: With two: they share the verdict partitions (``alerting.work_split``) instead of a
+    #: leader and a standby; grouping, the watchdog and the refits off, and no operator
+    #: features (they need the first two). The fault campaign's ``alerting-scale``.
+    alerting_work_split: bool = False
 
 
 class Journey:
@@ -263,21 +267,23 @@ class Journey:
             url = start_alerting(**common, port=port, state_dir=self.state_dir, extra=extra)
         else:
             # The leader first, on a port of its own; then the standby on the demo's
-            # alerting port, which takes clicks and silences whoever leads.
-            self.pair = AlertingPair(self.services, self.run_dir, self.echo)
+            # alerting port, which takes clicks and silences whoever leads (sharing the
+            # work: two alike, each owning some verdict partitions).
+            split = self.options.alerting_work_split
+            if split and self.operator is not None:
+                raise JourneyError("the alerting work split runs without the operator features")
+            self.pair = AlertingPair(self.services, self.run_dir, self.echo, work_split=split)
             self.state, shared = self.pair.start_database(self.state_dir)
             both = {**(extra or {})}
-            both["alerting"] = {**both.get("alerting", {}), **shared}
-            for name, at, standby in (("alerting-2", 0, False), ("alerting", port, True)):
-                self.pair.urls[name] = start_alerting(
-                    **common,
-                    port=at,
-                    state_dir=self.state_dir / name,
-                    extra=both,
-                    name=name,
-                    standby=standby,
-                )
-            url = self.pair.urls["alerting"]
+            for section, fields in shared.items():
+                both[section] = {**both.get(section, {}), **fields}
+
+            def start(name: str, at: int, standby: bool) -> str:
+                return start_alerting(**common, port=at, state_dir=self.state_dir / name,
+                                      extra=both, name=name, standby=standby)  # fmt: skip
+
+            partitions = self.job_settings.topics.partitions
+            url = self.pair.start_instances(start, port, partitions)
             server = self.pair.server
             assert server is not None
             report.addresses["postgres"] = (
@@ -383,7 +389,7 @@ class Journey:
             if self.pair.failure:
                 raise JourneyError(self.pair.failure)
             if not self.pair.killing.is_set():  # one is down between its kill and restart
-                for name in self.pair.urls:
+                for name in list(self.pair.urls):  # a third may be joining
                     self.services.check(name)
             if self.pair.takeover_s is not None:
                 report.timings["alerting_takeover_s"] = self.pair.takeover_s

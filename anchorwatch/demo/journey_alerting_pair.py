@@ -6,44 +6,78 @@ checks are the same as with one instance: every incident once, nothing lost.
 
 The standby is the instance on the demo's alerting port (where the local Slack sends button
 clicks and the operator drill makes its silence): a standby serves those too, writing them
-to the shared state, so they are taken whichever instance leads."""
+to the shared state, so they are taken whichever instance leads.
+
+With ``work_split`` (the fault campaign's ``alerting-scale``) the instances share the work
+instead (docs/alerting.md, ``alerting.work_split``): each owns some verdict partitions, a
+lease per partition, and ``add_instance`` starts one more, which takes partitions from the
+others. Grouping is off then (the settings refuse it with the split), and so are the
+watchdog and the refits (refused too until commit 2ada24f; the campaign's split trials
+were measured without them), so it does not go with the demo's operator features."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
 
 from anchorwatch.alerting.database import StateLocation
-from anchorwatch.demo.journey_processes import Services, answers
+from anchorwatch.alerting.leadership import read_leases
+from anchorwatch.demo.journey_processes import Services, answers, wait_for
 from anchorwatch.stack.postgres import PostgresServer
 
 #: The lease: a takeover comes at most this long after the leader's death.
 LEASE_S = 5
 
+#: Starts the instance (name, port, standby) with the run's settings; its URL once ready.
+StartInstance = Callable[[str, int, bool], str]
+
+#: The instance that joins two sharing the work (``add_instance``).
+JOINER = "alerting-3"
+
+#: The work split's settings: grouping off (refused with it, docs/alerting.md); the
+#: watchdog and the refits off as they were measured (the settings accept them since).
+SPLIT_OFF: dict[str, dict[str, Any]] = {
+    "alerting": {"work_split": True, "refit": False},
+    "grouping": {"enabled": False},
+    "watchdog": {"enabled": False},
+}
+
 
 class AlertingPair:
     """The shared state and the kill: ``start_database`` before the instances start,
-    ``kill_leader_after`` as the live traffic starts, ``stop`` at the end."""
+    ``start_instances``, ``kill_leader_after`` as the live traffic starts, ``stop`` at the
+    end. With ``work_split``, ``add_instance`` and ``owners`` instead of the kill."""
 
-    def __init__(self, services: Services, run_dir: Path, echo: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        services: Services,
+        run_dir: Path,
+        echo: Callable[[str], None],
+        *,
+        work_split: bool = False,
+    ) -> None:
         self.services = services
         self.run_dir = run_dir
         self.echo = echo
+        self.work_split = work_split
         self.server: PostgresServer | None = None
+        self.location: StateLocation | None = None
+        self._start: StartInstance | None = None
+        self.partitions = 0  # of the verdicts topic, once started
         self.urls: dict[str, str] = {}  # instance name -> its endpoint, once started
         self.takeover_s: float | None = None
         self.failure: str | None = None
         self._timer: threading.Timer | None = None
         self.killing = threading.Event()  # set from the kill until the restart
 
-    def start_database(self, state_dir: Path) -> tuple[StateLocation, dict[str, Any]]:
+    def start_database(self, state_dir: Path) -> tuple[StateLocation, dict[str, dict[str, Any]]]:
         """The private PostgreSQL server; the state's location, and the instances' settings
-        for it (the password in a file of the run's own)."""
+        for it, by section (the password in a file of the run's own; the work split's)."""
         self.server = PostgresServer(self.run_dir / "postgres").start()
         # With the services' pid files: "kill the pids in <run>/*.pid" stops it too.
         (self.run_dir / "postgres.pid").write_text(f"{self.server.pid}\n")
@@ -51,11 +85,55 @@ class AlertingPair:
         secret.write_text(self.server.password + "\n")
         secret.chmod(0o600)
         location = StateLocation(state_dir, self.server.url, SecretStr(self.server.password))
-        return location, {
-            "state_url": self.server.url,
-            "state_password_file": str(secret),
-            "lease_s": LEASE_S,
-        }
+        self.location = location
+        shared = {"state_url": self.server.url, "state_password_file": str(secret),
+                  "lease_s": LEASE_S}  # fmt: skip
+        if not self.work_split:
+            return location, {"alerting": shared}
+        return location, {**SPLIT_OFF, "alerting": {**shared, **SPLIT_OFF["alerting"]}}
+
+    def start_instances(self, start: StartInstance, port: int, partitions: int) -> str:
+        """The two instances: the leader first, on a port of its own, then the standby on
+        ``port`` (with the work split: both ready, then sharing the ``partitions`` verdict
+        partitions between them). The URL of the one on ``port``."""
+        self._start = start
+        self.partitions = partitions
+        for name, at, standby in (("alerting-2", 0, False), ("alerting", port, True)):
+            self.urls[name] = start(name, at, standby and not self.work_split)
+        if self.work_split:
+            wait_for(lambda: self.shared_by(2, partitions), 60, "two alerting instances to "
+                     f"share the {partitions} verdict partitions")  # fmt: skip
+        return self.urls["alerting"]
+
+    def add_instance(self, name: str = JOINER) -> str:
+        """One more instance, started as the others were (sharing the work, it joins them);
+        its URL once ready."""
+        assert self._start is not None, "start_instances first"
+        url = self._start(name, 0, not self.work_split)
+        self.urls[name] = url
+        return url
+
+    def owners(self, stale: Collection[int] = ()) -> dict[str, list[int]]:
+        """Sharing the work: instance name -> the verdict partitions whose leases it holds
+        now (unexpired), by the state's lease table; ``?<holder>`` for a holder that is no
+        process of the run's, or one of the ``stale`` pids (struck by a fault)."""
+        assert self.location is not None, "start_database first"
+        by_pid = {str(pid): n for n, pid in self.services.pids.items() if pid not in stale}
+        out: dict[str, list[int]] = {}
+        for lease in read_leases(self.location):
+            if lease.name.startswith("verdicts-") and lease.expires_in_ms > 0:
+                name = by_pid.get(holder_pid(lease.holder), f"?{lease.holder}")
+                out.setdefault(name, []).append(int(lease.name.removeprefix("verdicts-")))
+        return {name: sorted(held) for name, held in sorted(out.items())}
+
+    def shared_by(self, instances: int, partitions: int) -> bool:
+        """Every verdict partition held, by ``instances`` instances of the run."""
+        owners = self.owners()
+        return (
+            sum(len(held) for held in owners.values()) == partitions
+            and len(owners) == instances
+            and not any(name.startswith("?") for name in owners)
+        )
 
     def leader(self) -> str | None:
         """The instance whose /readyz answers 200."""
@@ -110,3 +188,9 @@ class AlertingPair:
             self._timer.cancel()
         if self.server is not None:
             self.server.stop()
+
+
+def holder_pid(holder: str) -> str:
+    """The pid in a lease's holder (``host:pid:tag``, ``leadership.instance_name``)."""
+    parts = holder.rsplit(":", 2)
+    return parts[1] if len(parts) == 3 else ""
