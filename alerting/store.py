@@ -221,16 +221,10 @@ class Store:
 
     @staticmethod
     def _entry_partitions(db: Database, entry_ids: Collection[int]) -> set[int]:
-        ids = list(entry_ids)
-        marks = ",".join("?" * len(ids))
-        return {
-            int(r[0])
-            for r in db.execute(
-                f"SELECT DISTINCT {ENTRY_PARTITION} FROM outbox o JOIN incidents i "  # noqa: S608
-                f"USING (incident_id) WHERE o.id IN ({marks})",
-                ids,
-            )
-        }
+        marks = ",".join("?" * len(entry_ids))
+        sql = f"SELECT DISTINCT {ENTRY_PARTITION} FROM outbox o JOIN incidents i "  # noqa: S608
+        rows = db.execute(sql + f"USING (incident_id) WHERE o.id IN ({marks})", list(entry_ids))
+        return {int(r[0]) for r in rows}
 
     @contextmanager
     def reading(self) -> Iterator[None]:
@@ -433,6 +427,12 @@ class Store:
             (entry.integration, entry.incident_id, entry.seq),
         ).fetchone()
         return None if row is None or row[0] is None else str(row[0])
+
+    def check_fence(self, entry_ids: Collection[int]) -> None:
+        """Raises (``LostLead``) unless this instance may still write for these entries:
+        checked just before a send's last step (``files.completeUploadExternal``)."""
+        with self._tx(entry_ids=entry_ids):
+            pass
 
     def mark_attempting(self, entry_ids: Collection[int], now_ms: int) -> None:
         with self._tx(entry_ids=entry_ids) as db:

@@ -144,6 +144,24 @@ def slack_outcome(exc: Exception) -> Retryable | Permanent | None:
     return None
 
 
+def _upload(client: WebClient, upload_url: str, png: bytes, issued: SlackResponse) -> SlackResponse:
+    """The upload step, as files_upload_v2 makes it (the client's own transport); a non-200
+    answer raises as files_upload_v2 does, so it is classified the same way."""
+    result = client._upload_file(
+        url=upload_url,
+        data=png,
+        logger=log,
+        timeout=client.timeout,
+        proxy=client.proxy,
+        ssl=client.ssl,
+    )
+    if result.status != 200:
+        raise SlackRequestError(
+            f"Failed to upload a file (status: {result.status}, body: {result.body})"
+        )
+    return issued
+
+
 class SlackNotifier:
     """Bot-token mode: one thread per incident."""
 
@@ -316,10 +334,19 @@ class SlackNotifier:
         )
 
     def upload_chart(
-        self, ref: SlackRef, incident: IncidentView, points: Sequence[WindowPoint], filename: str
+        self,
+        ref: SlackRef,
+        incident: IncidentView,
+        points: Sequence[WindowPoint],
+        filename: str,
+        *,
+        before_share: Callable[[], None] = lambda: None,
     ) -> None:
         """Upload the chart into the thread as ``filename`` (raises NotifyError; a chart that
-        cannot be rendered is a permanent failure)."""
+        cannot be rendered is a permanent failure). In files_upload_v2's three steps, each
+        retried on its own, with ``before_share`` (the sender's fence) before the last:
+        nothing is in the thread until ``files.completeUploadExternal``, so an instance that
+        lost the incident while it uploaded (paused past its lease) shares nothing."""
         try:
             png = self._render_chart(points, chart_title(incident))
         except Exception as exc:  # our bug or odd data: retrying would fail the same way
@@ -328,15 +355,21 @@ class SlackNotifier:
                 extra={"incident_label": incident_label(incident.incident_id)},
             )
             raise error_for(SERVICE, "chart", Permanent(f"chart not rendered: {exc}")) from None
+        client = self._client
+        url = self._call(
+            "files.getUploadURLExternal",
+            lambda: client.files_getUploadURLExternal(
+                filename=filename, length=len(png), alt_txt=chart_alt_text(incident, points)
+            ),
+        )
+        self._call("upload", lambda: _upload(client, str(url["upload_url"]), png, url))
+        before_share()
         self._call(
-            "files_upload_v2",
-            lambda: self._client.files_upload_v2(
-                channel=ref.channel,
+            "files.completeUploadExternal",
+            lambda: client.files_completeUploadExternal(
+                files=[{"id": url["file_id"], "title": chart_title(incident)}],
+                channel_id=ref.channel,
                 thread_ts=ref.ts,
-                content=png,
-                filename=filename,
-                title=chart_title(incident),
-                alt_txt=chart_alt_text(incident, points),
             ),
         )
 

@@ -136,7 +136,15 @@ class SlackSender(Sender):
                 return Delivered("suppressed")
             ref, name = chart
             points = self._notifier.chart_points(note.history)
-            self._notifier.upload_chart(ref, note.view, points, name)
+            store = self._store
+            self._notifier.upload_chart(
+                ref,
+                note.view,
+                points,
+                name,
+                # Still this instance's to send: else it shares nothing (a fenced write).
+                before_share=(lambda: store.check_fence([entry.id])) if store else lambda: None,
+            )
             return Delivered("sent")
         if entry.action == "open":
             ref = self._notifier.open(note.view)

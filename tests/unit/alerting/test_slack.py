@@ -22,6 +22,7 @@ from anchorwatch.alerting.integrations.slack.notifier import (
     SlackWebhookNotifier,
 )
 from anchorwatch.alerting.integrations.slack.sender import SlackSender
+from anchorwatch.alerting.leadership import LostLead
 from anchorwatch.alerting.notify import ManualClock, PermanentError, RetryableError, RetryPolicy
 from anchorwatch.alerting.payload import notification_payload
 from anchorwatch.alerting.render import IncidentView, WindowPoint, incident_label
@@ -395,3 +396,27 @@ def test_a_slack_that_is_not_there_is_retried_then_reported(clock: ManualClock) 
     with pytest.raises(RetryableError, match="connection error"):
         n.open(view())
     assert clock.sleeps == [1.0, 2.0]
+
+
+def test_a_chart_whose_send_was_fenced_before_its_share_is_not_in_the_thread(
+    slack: LocalSlack, clock: ManualClock
+) -> None:
+    """The sender's fence runs after the upload, before files.completeUploadExternal: an
+    instance that lost the incident while it uploaded (paused past its lease) shares nothing,
+    so the chart its successor posts is the thread's only one."""
+    n = notifier(slack, clock)
+    ref = n.open(view())
+    calls: list[str] = []
+
+    def lost() -> None:
+        calls.append("fence")
+        raise LostLead("another instance took the lead")
+
+    with pytest.raises(LostLead):
+        n.upload_chart(ref, view(state="updated"), history(), "chart-1.png", before_share=lost)
+    assert calls == ["fence"]
+    assert not [m for m in received(slack) if m.get("subtype") == "file_share"]
+    n.upload_chart(ref, view(state="updated"), history(), "chart-1.png")
+    shares = [m for m in received(slack) if m.get("subtype") == "file_share"]
+    assert len(shares) == 1
+    assert shares[0]["thread_ts"] == ref.ts

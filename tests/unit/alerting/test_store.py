@@ -349,3 +349,23 @@ def test_with_the_work_split_senders_take_and_mark_only_their_partitions_entries
     statuses = {r["incident_id"]: r["status"] for r in mine.outbox_rows()}
     assert statuses == {"on-0": "pending", "on-1": "attempting"}
     assert Store(alerting_state, guard=OwnsOnly()).due("slack", 10_000, 10) == []
+
+
+def test_a_send_checks_the_fence_of_its_entries_before_its_last_step(
+    alerting_state: State,
+) -> None:
+    writer = Store(alerting_state)
+    writer.commit_batch(
+        batch(
+            doc_types=[DocTypeRow("invoice", 0, [], 0), DocTypeRow("contract", 0, [], 1)],
+            incidents=[row("on-0"), row("on-1", doc_type="contract")],
+            outbox=[entry("on-0", 1), entry("on-1", 1)],
+        ),
+        keep_verdict_ids=0,
+    )
+    ids = {r["incident_id"]: r["id"] for r in writer.outbox_rows()}
+    writer.close()
+    mine = Store(alerting_state, guard=OwnsOnly(1))
+    mine.check_fence([ids["on-1"]])
+    with pytest.raises(PartitionFenced, match=r"not owned: \[0\]"):
+        mine.check_fence([ids["on-0"]])
