@@ -136,7 +136,13 @@ class Database:
                         f"no alerting state in {self.describe()} (has the service run there?)"
                     )
                 if exists is None:
-                    self._pg.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                    # Under the schema's lock: instances starting together would otherwise
+                    # race on the catalog ("duplicate key ... pg_namespace_nspname_index").
+                    with self._pg.transaction():
+                        self._pg.execute(
+                            "SELECT pg_advisory_xact_lock(%s, %s)", (_WRITE_LOCK, self._lock_key)
+                        )
+                        self._pg.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
                 self._pg.execute(f"SET search_path TO {schema}")
                 # A write waits for another's lock at most this long, as SQLite's timeout.
                 self._pg.execute(f"SET lock_timeout = '{int(timeout_s * 1000)}ms'")

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 from pydantic import SecretStr
 
+from anchorwatch.alerting import database
 from anchorwatch.alerting.database import DatabaseError, StateLocation
 from anchorwatch.alerting.leadership import Lease, LostLead
 from anchorwatch.alerting.store import BatchWrite, Store
@@ -180,3 +181,26 @@ def test_the_leases_command_refuses_a_sqlite_state(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "SQLite" in result.output
     assert "no leases" in result.output
+
+
+def test_instances_starting_together_create_the_state_once(state: StateLocation) -> None:
+    """Several instances open a fresh state at the same moment (the work split starts them
+    together): each schema is created once, under its lock, and none fails on the catalog."""
+    failures: list[BaseException] = []
+    for attempt in range(30):  # the race showed in 4 of 30 before the lock
+        schema = f"together_{attempt}"
+        ready = threading.Barrier(6)
+
+        def open_state(schema: str = schema, ready: threading.Barrier = ready) -> None:
+            ready.wait()
+            try:
+                database.Database(state, filename="x", schema=schema).close()
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=open_state) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert failures == []
