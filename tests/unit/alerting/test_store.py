@@ -321,9 +321,9 @@ class OwnsOnly:
         return self.owned
 
 
-def test_with_the_work_split_senders_take_and_mark_only_their_partitions_entries(
-    alerting_state: State,
-) -> None:
+def entry_ids_on_two_partitions(alerting_state: State) -> dict[str, int]:
+    """Incident "on-0" of a type on partition 0, "on-1" on partition 1, each with an outbox
+    entry: the entries' ids by incident."""
     writer = Store(alerting_state)
     writer.commit_batch(
         batch(
@@ -333,7 +333,16 @@ def test_with_the_work_split_senders_take_and_mark_only_their_partitions_entries
         ),
         keep_verdict_ids=0,
     )
-    writer.close()
+    try:
+        return {r["incident_id"]: r["id"] for r in writer.outbox_rows()}
+    finally:
+        writer.close()
+
+
+def test_with_the_work_split_senders_take_and_mark_only_their_partitions_entries(
+    alerting_state: State,
+) -> None:
+    entry_ids_on_two_partitions(alerting_state)
     guard = OwnsOnly(1)
     mine = Store(alerting_state, guard=guard)
     due = mine.due("slack", 10_000, 10)
@@ -354,17 +363,7 @@ def test_with_the_work_split_senders_take_and_mark_only_their_partitions_entries
 def test_a_send_checks_the_fence_of_its_entries_before_its_last_step(
     alerting_state: State,
 ) -> None:
-    writer = Store(alerting_state)
-    writer.commit_batch(
-        batch(
-            doc_types=[DocTypeRow("invoice", 0, [], 0), DocTypeRow("contract", 0, [], 1)],
-            incidents=[row("on-0"), row("on-1", doc_type="contract")],
-            outbox=[entry("on-0", 1), entry("on-1", 1)],
-        ),
-        keep_verdict_ids=0,
-    )
-    ids = {r["incident_id"]: r["id"] for r in writer.outbox_rows()}
-    writer.close()
+    ids = entry_ids_on_two_partitions(alerting_state)
     mine = Store(alerting_state, guard=OwnsOnly(1))
     mine.check_fence([ids["on-1"]])
     with pytest.raises(PartitionFenced, match=r"not owned: \[0\]"):
