@@ -14,6 +14,8 @@ inhibited incidents whose inhibitor is gone posted; their transaction not begun)
 ack_before_commit (acknowledgements
 from Slack applied, their transaction not begun). The engine and the drainer call the hook; the
 crash trials (tests/integration/alerting/test_service_crash.py) set it.
+``ANCHORWATCH_ALERTING_TEST_CRASH_WITH=stop`` stops the process there (SIGSTOP) instead: an
+instance paused inside a transaction (tests/integration/alerting/test_service_takeover.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Final
 log = logging.getLogger(__name__)
 
 CRASH_ENV: Final = "ANCHORWATCH_ALERTING_TEST_CRASH_AT"
+CRASH_WITH_ENV: Final = "ANCHORWATCH_ALERTING_TEST_CRASH_WITH"
 CRASH_POINTS: Final = (
     "batch_before_commit",
     "batch_in_commit",
@@ -65,7 +68,8 @@ class CrashPoints:
 
     @classmethod
     def from_env(cls) -> CrashPoints:
-        return cls(os.environ.get(CRASH_ENV))
+        with_signal = signal.SIGSTOP if os.environ.get(CRASH_WITH_ENV) == "stop" else signal.SIGKILL
+        return cls(os.environ.get(CRASH_ENV), lambda: os.kill(os.getpid(), with_signal))
 
     def __call__(self, point: str, integration: str = "") -> None:
         for key in ((point, integration), (point, "")):

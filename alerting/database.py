@@ -17,6 +17,7 @@ without another writer in between). A read transaction sees one consistent snaps
 from __future__ import annotations
 
 import re
+import secrets
 import sqlite3
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -38,6 +39,20 @@ Dialect = Literal["sqlite", "postgresql"]
 #: constant ("aw" in ASCII) and one number per schema, so the modules do not wait on each
 #: other, as on SQLite, where each has a file of its own.
 _WRITE_LOCK = 0x6177
+
+#: This process's connections to PostgreSQL carry it in their ``application_name``, so an
+#: instance that takes over an expired lease can end what this process left open in the
+#: state (``leadership.Lease.try_acquire``) should it be paused inside a transaction.
+SESSION_TAG = secrets.token_hex(6)
+APPLICATION_PREFIX = "anchorwatch-alerting "
+APPLICATION_NAME = APPLICATION_PREFIX + SESSION_TAG
+
+
+class SessionEnded(psycopg.OperationalError):
+    """The connection to PostgreSQL ended inside a transaction (the server restarted, or
+    an instance that took an expired lease over ended it): nothing of the transaction is
+    known to have committed; the next transaction connects again."""
+
 
 #: The errors a connection raises on a bad file, a refused login or broken SQL.
 DATABASE_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, psycopg.Error)
@@ -120,14 +135,9 @@ class Database:
                 self._sqlite.execute("PRAGMA journal_mode=WAL")
                 self._sqlite.execute(f"PRAGMA synchronous={synchronous}")
             else:
-                password = self.location.password
-                self._pg = psycopg.connect(
-                    self.location.url,
-                    password=password.get_secret_value() if password else None,
-                    autocommit=True,
-                    connect_timeout=max(1, int(timeout_s)),
-                    application_name="anchorwatch-alerting",
-                )
+                self._timeout_s = timeout_s
+                self._in_tx = False
+                self._pg = self._connect()
                 exists = self._pg.execute(
                     "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)
                 ).fetchone()
@@ -143,11 +153,50 @@ class Database:
                             "SELECT pg_advisory_xact_lock(%s, %s)", (_WRITE_LOCK, self._lock_key)
                         )
                         self._pg.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-                self._pg.execute(f"SET search_path TO {schema}")
-                # A write waits for another's lock at most this long, as SQLite's timeout.
-                self._pg.execute(f"SET lock_timeout = '{int(timeout_s * 1000)}ms'")
+                self._set_session()
         except DATABASE_ERRORS as exc:
             raise DatabaseError(f"alerting state {self.describe()}: {_message(exc)}") from None
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        assert self.location.url is not None
+        password = self.location.password
+        return psycopg.connect(
+            self.location.url,
+            password=password.get_secret_value() if password else None,
+            autocommit=True,
+            connect_timeout=max(1, int(self._timeout_s)),
+            application_name=APPLICATION_NAME,
+        )
+
+    def _set_session(self) -> None:
+        self._pg.execute(f"SET search_path TO {self.schema}")
+        # A write waits for another's lock at most this long, as SQLite's timeout.
+        self._pg.execute(f"SET lock_timeout = '{int(self._timeout_s * 1000)}ms'")
+
+    def _live(self) -> psycopg.Connection[Any]:
+        """The connection, made again if it ended between transactions (never inside one:
+        the rest of a transaction must not run outside it)."""
+        if self._pg.closed:
+            if self._in_tx:
+                raise SessionEnded("the connection to the alerting state ended in a transaction")
+            self._pg = self._connect()
+            self._set_session()
+        return self._pg
+
+    def _pg_run(self, sql: str, params: Sequence[Any] | None) -> Any:
+        conn = self._live()
+        try:
+            with _ends_as_session_ended(conn):
+                return conn.execute(sql, params)
+        except SessionEnded:
+            if not sql.startswith("BEGIN"):
+                raise
+        # It had ended while idle (a server restart, say), unnoticed until now: a new
+        # transaction may start on a new connection. Only a BEGIN: another statement may
+        # have run before the end was noticed, and must not run twice.
+        conn = self._live()
+        with _ends_as_session_ended(conn):
+            return conn.execute(sql, params)
 
     def describe(self) -> str:
         return self.location.describe() if self.dialect == "postgresql" else str(self.path)
@@ -164,7 +213,7 @@ class Database:
         """Runs ``sql`` (``?`` placeholders); the cursor, to fetch from."""
         if self.dialect == "sqlite":
             return self._sqlite.execute(sql, params)
-        return self._pg.execute(_pg_sql(sql), params or None)
+        return self._pg_run(_pg_sql(sql), params or None)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         if self.dialect == "sqlite":
@@ -172,7 +221,8 @@ class Database:
             return
         rows = list(rows)
         if rows:
-            with self._pg.cursor() as cursor:
+            conn = self._live()
+            with _ends_as_session_ended(conn), conn.cursor() as cursor:
                 cursor.executemany(_pg_sql(sql), rows)
 
     def script(self, ddl: str) -> None:
@@ -182,7 +232,7 @@ class Database:
             self._sqlite.executescript(ddl)
         else:
             with self.write():
-                self._pg.execute(_pg_ddl(ddl))
+                self._pg_run(_pg_ddl(ddl), None)
 
     # ------------------------------------------------------------------ transactions
 
@@ -190,7 +240,7 @@ class Database:
     def in_transaction(self) -> bool:
         if self.dialect == "sqlite":
             return self._sqlite.in_transaction
-        return self._pg.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+        return self._in_tx
 
     @contextmanager
     def write(self) -> Iterator[Database]:
@@ -199,9 +249,9 @@ class Database:
         try:
             yield self
         except BaseException:
-            self.execute("ROLLBACK")
+            self._end("ROLLBACK")
             raise
-        self.execute("COMMIT")
+        self._end("COMMIT")
 
     def begin(self) -> None:
         """Opens an exclusive write transaction, left open until ``commit`` (``write``, or
@@ -209,16 +259,29 @@ class Database:
         if self.dialect == "sqlite":
             self._sqlite.execute("BEGIN IMMEDIATE")
             return
-        self._pg.execute("BEGIN")
+        self._pg_run("BEGIN", None)
+        self._in_tx = True
         try:
-            self._pg.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_WRITE_LOCK, self._lock_key))
+            self._pg_run("SELECT pg_advisory_xact_lock(%s, %s)", (_WRITE_LOCK, self._lock_key))
         except BaseException:
-            self._pg.execute("ROLLBACK")
+            self._end("ROLLBACK")
             raise
 
     def commit(self) -> None:
         if self.in_transaction:
-            self.execute("COMMIT")
+            self._end("COMMIT")
+
+    def _end(self, word: Literal["COMMIT", "ROLLBACK"]) -> None:
+        """Ends the open transaction. A ROLLBACK on a connection that has ended is done (the
+        server dropped the transaction); a COMMIT there raises ``SessionEnded``."""
+        if self.dialect == "sqlite":
+            self._sqlite.execute(word)
+            return
+        try:
+            if word == "COMMIT" or not self._pg.closed:
+                self._pg_run(word, None)
+        finally:
+            self._in_tx = False
 
     @contextmanager
     def read(self) -> Iterator[Database]:
@@ -229,11 +292,24 @@ class Database:
         if self.dialect == "sqlite":
             self._sqlite.execute("BEGIN DEFERRED")
         else:
-            self._pg.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self._pg_run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", None)
+            self._in_tx = True
         try:
             yield self
         finally:
-            self.execute("COMMIT")
+            self._end("ROLLBACK")  # read only: nothing to commit
+
+
+@contextmanager
+def _ends_as_session_ended(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """A statement that failed because the connection ended raises ``SessionEnded``."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        if conn.closed and not isinstance(exc, SessionEnded):
+            message = f"the connection to the alerting state ended: {_message(exc)}"
+            raise SessionEnded(message) from exc
+        raise
 
 
 def _message(exc: Exception) -> str:

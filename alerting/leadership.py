@@ -13,6 +13,13 @@ next write and stops: it commits nothing more, so it marks no notification as be
 and sends none. The row lock holds a takeover back until a write that passed the check has
 committed, so no write of an old leader lands after the new one took over.
 
+A holder paused inside a write transaction (SIGSTOP between two statements) would hold the
+schema's write lock and the row for the whole pause, and with them every takeover. So an
+instance that finds a lease expired first ends that holder's sessions that sit idle inside
+a transaction (``pg_terminate_backend``; each connection names its process in
+``application_name``, ``database.SESSION_TAG``). The paused holder finds its connection
+gone when it wakes (``SessionEnded``): nothing of that transaction committed.
+
 A notification whose send had started when the lead changed hands is ``attempting`` in the
 outbox: the new leader reconciles it with Slack and Jira as after a crash (``outbox.py``).
 """
@@ -29,7 +36,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from anchorwatch.alerting.database import DATABASE_ERRORS, Database, StateLocation
+from anchorwatch.alerting.database import (
+    APPLICATION_PREFIX,
+    DATABASE_ERRORS,
+    SESSION_TAG,
+    Database,
+    StateLocation,
+)
 from anchorwatch.alerting.store import FILENAME, PG_SCHEMA
 from anchorwatch.errors import AnchorwatchError
 
@@ -46,7 +59,29 @@ CREATE TABLE IF NOT EXISTS leader (
     epoch BIGINT NOT NULL,
     expires_ms BIGINT NOT NULL
 );
+ALTER TABLE leader ADD COLUMN IF NOT EXISTS session TEXT NOT NULL DEFAULT '';
 """
+
+#: The sessions of a lease's expired holder that are open inside a transaction. Only those
+#: hold locks a takeover waits on; its other connections are left for it to find fenced.
+_STALE_SESSIONS: Final = (
+    "SELECT count(*) FILTER (WHERE pg_terminate_backend(a.pid)) FROM leader l "  # noqa: S608
+    "JOIN pg_stat_activity a ON a.application_name = ? || l.session "
+    f"WHERE l.name = ? AND l.expires_ms < {_NOW_MS} AND l.session NOT IN ('', ?) "
+    "AND a.datname = current_database() AND a.pid <> pg_backend_pid() "
+    "AND a.state IN ('idle in transaction', 'idle in transaction (aborted)')"
+)
+
+
+def create_lease_table(db: Database) -> None:
+    """The ``leader`` table, unless it is there already: its DDL waits on the schema's write
+    lock, which a paused holder may sit on (module doc), and an instance must start anyway."""
+    found = db.execute(
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+        "AND table_name = 'leader' AND column_name = 'session'"
+    ).fetchone()
+    if found is None:
+        db.script(SCHEMA)
 
 
 class LostLead(AnchorwatchError):
@@ -91,7 +126,7 @@ class Lease:
         if shared is None:
             # The heartbeat thread and the stopping one share the connection.
             shared = (Database(location, filename=FILENAME, schema=PG_SCHEMA), threading.Lock())
-            shared[0].script(SCHEMA)
+            create_lease_table(shared[0])
         self._db, self._guard = shared
 
     def close(self) -> None:
@@ -104,6 +139,16 @@ class Lease:
     def try_acquire(self) -> bool:
         """Takes the lease if nobody holds it (or it has expired); True if this instance
         leads now (a new epoch)."""
+        with self._guard:
+            # Without the write lock first: a paused holder may sit on it (module doc).
+            left = self._db.execute(
+                f"SELECT expires_ms - {_NOW_MS} FROM leader WHERE name = ?",  # noqa: S608
+                (self.name,),
+            ).fetchone()
+            if left is not None and int(left[0]) >= 0:
+                return False
+            if left is not None:
+                self._end_stale_sessions()
         with self._guard, self._db.write() as db:
             db.execute(
                 "INSERT INTO leader (name, holder, epoch, expires_ms) VALUES (?, '', 0, 0) "
@@ -111,9 +156,10 @@ class Lease:
                 (self.name,),
             )
             row = db.execute(
-                f"UPDATE leader SET holder = ?, epoch = epoch + 1, expires_ms = {_NOW_MS} + ? "  # noqa: S608
+                "UPDATE leader SET holder = ?, session = ?, epoch = epoch + 1, "  # noqa: S608
+                f"expires_ms = {_NOW_MS} + ? "
                 f"WHERE name = ? AND expires_ms < {_NOW_MS} RETURNING epoch",
-                (self.holder, self.lease_ms, self.name),
+                (self.holder, SESSION_TAG, self.lease_ms, self.name),
             ).fetchone()
         if row is None:
             return False
@@ -123,6 +169,23 @@ class Lease:
             extra={"lease": self.name, "holder": self.holder, "epoch": self.epoch},
         )
         return True
+
+    def _end_stale_sessions(self) -> None:
+        try:
+            ended = int(
+                self._db.execute(
+                    _STALE_SESSIONS, (APPLICATION_PREFIX, self.name, SESSION_TAG)
+                ).fetchone()[0]
+            )
+        except DATABASE_ERRORS as exc:
+            # Not allowed (another role), say: the takeover waits for the lock instead.
+            log.warning("expired holder's sessions not ended", extra={"error": str(exc)[:300]})
+            return
+        if ended:
+            log.warning(
+                "ended an expired lease holder's open transactions",
+                extra={"lease": self.name, "sessions": ended},
+            )
 
     def acquire(self, stop: threading.Event, *, poll_s: float | None = None) -> bool:
         """Waits as a standby until this instance leads (True) or ``stop`` is set (False)."""

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import cast
 
+from anchorwatch.alerting.database import SessionEnded
 from anchorwatch.alerting.integrations.base import BatchSender, Delivered, Sender
 from anchorwatch.alerting.leadership import PartitionFenced
 from anchorwatch.alerting.notify import NotifyError, RetryPolicy
@@ -236,8 +237,9 @@ class Drainer:
                 if time.monotonic() - counted > 0.5:
                     self.pending()
                     counted = time.monotonic()
-            except PartitionFenced as exc:
-                # Its partition moved to another instance meanwhile: that one sends it.
+            except (PartitionFenced, SessionEnded) as exc:
+                # Its partition moved to another instance meanwhile (which may have ended
+                # this one's stale transaction): that one sends it.
                 log.info("entry left to its partition's owner", extra={"reason": str(exc)})
                 wait = 0.2
             except Exception:  # a bug or a broken state file: say so, keep the thread alive

@@ -29,10 +29,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from anchorwatch.alerting.consumers import PREFETCH_KIB
 from anchorwatch.alerting.database import DATABASE_ERRORS, Database, StateLocation
 from anchorwatch.alerting.leadership import (
-    SCHEMA,
     Lease,
     LostLead,
     PartitionFenced,
+    create_lease_table,
     instance_name,
 )
 from anchorwatch.alerting.settings import AlertingSettings
@@ -76,7 +76,7 @@ class PartitionOwnership:
         self._on_owned = on_owned
         self._on_released = on_released
         db = Database(location, filename=FILENAME, schema=PG_SCHEMA)
-        db.script(SCHEMA)
+        create_lease_table(db)
         self._shared = (db, threading.Lock())
         self._renewed = time.monotonic()
         self._assigned_now = False

@@ -37,7 +37,7 @@ from anchorwatch.alerting.consumers import (
     close_consumers,
 )
 from anchorwatch.alerting.crash import CrashPoints
-from anchorwatch.alerting.database import DATABASE_ERRORS, Database, StateLocation
+from anchorwatch.alerting.database import DATABASE_ERRORS, Database, SessionEnded, StateLocation
 from anchorwatch.alerting.engine import Engine, RawMessage
 from anchorwatch.alerting.http import Endpoint
 from anchorwatch.alerting.integrations import registry
@@ -365,7 +365,7 @@ class AlertingService:
             if split is not None:
                 try:
                     self._decide_split(split)
-                except PartitionFenced as exc:
+                except (PartitionFenced, SessionEnded) as exc:
                     split.fenced(exc)
                     self._follow(split.engine)
                 continue

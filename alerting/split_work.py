@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 
 from anchorwatch.alerting.consumers import raw_message
-from anchorwatch.alerting.database import StateLocation
+from anchorwatch.alerting.database import SessionEnded, StateLocation
 from anchorwatch.alerting.engine import Engine, RawMessage
 from anchorwatch.alerting.leadership import PartitionFenced
 from anchorwatch.alerting.ownership import PartitionOwnership
@@ -108,7 +108,7 @@ class SplitWork:
             },
         )
 
-    def fenced(self, exc: PartitionFenced) -> None:
+    def fenced(self, exc: PartitionFenced | SessionEnded) -> None:
         """A write refused: a partition was taken over while this instance could not renew
         its lease. Nothing of it was committed; the partitions lost are given up and the
         engine rebuilt from the state."""

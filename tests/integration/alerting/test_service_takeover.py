@@ -132,3 +132,53 @@ def test_a_leader_paused_past_its_lease_posts_nothing_when_it_wakes_up(
             assert standby.stop() == 0
 
     check_every_incident(job_settings, location, slack, jira, set(docs))
+
+
+def _stopped(pid: int) -> bool:
+    """True once the process is stopped (SIGSTOP: state T in /proc)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_leader_paused_inside_a_write_holds_no_takeover_back(
+    job_settings: JobSettings,
+    tmp_path: Path,
+    slack: LocalSlackWithHistory,
+    jira: LocalJira,
+    postgres_url: PostgresDatabase,
+) -> None:
+    """The leader stops itself inside its first batch's transaction (written, holding the
+    state's write lock, not committed). The standby takes the lead once the lease ends, not
+    when the pause does: it ends the paused one's open transaction first. On SIGCONT the old
+    leader's COMMIT fails, nothing of its batch is in the state, and it stops."""
+    docs = ["paused-write"]
+    verdicts = list(lifecycle(docs[0]))
+    configs, location = two_instances(job_settings, tmp_path, slack, jira, postgres_url)
+    env = {**service_env(configs[0]), "ANCHORWATCH_ALERTING_TEST_CRASH_WITH": "stop"}
+    leader = ServiceProcess(env, tmp_path / "a.log", crash_at="batch_in_commit")
+    standby: ServiceProcess | None = None
+    try:
+        wait_until(lambda: ready(configs[0]), 60, "the first instance to lead and be ready")
+        standby = ServiceProcess(service_env(configs[1]), tmp_path / "b.log")
+        produced = produce(job_settings, verdicts)
+        wait_until(lambda: _stopped(leader.pid), 60, "the leader to stop inside its write")
+        paused = time.monotonic()
+        # Before, the standby waited on the paused one's lock until it woke up.
+        wait_until(lambda: ready(configs[1]), 10 * LEASE_S, "the standby to take the lead")
+        took_s = time.monotonic() - paused
+        wait_until(lambda: delivered_everything(location, produced), 90, "the standby to finish")
+        assert slack.messages, "the standby posted the incident"
+        before = len(slack.messages), len(jira.issues)
+        os.kill(leader.pid, signal.SIGCONT)
+        code = leader.wait(30)
+        assert code not in (None, 0), f"the old leader went on after waking up ({code})"
+        assert (len(slack.messages), len(jira.issues)) == before
+        print(f"paused inside a write: the standby led after {took_s:.1f} s")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(leader.pid, signal.SIGCONT)
+        leader.kill9()
+        if standby is not None:
+            assert standby.stop() == 0
+
+    check_every_incident(job_settings, location, slack, jira, set(docs))

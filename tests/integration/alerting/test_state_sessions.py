@@ -1,0 +1,144 @@
+"""Connections to a shared alerting state (PostgreSQL) that end: made again between
+transactions, an error inside one (nothing of it committed), and the takeover of a lease
+whose holder was paused inside a write transaction, which ends that transaction instead of
+waiting out the pause."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from pydantic import SecretStr
+
+from anchorwatch.alerting.database import APPLICATION_NAME, Database, SessionEnded, StateLocation
+from anchorwatch.alerting.leadership import Lease
+from anchorwatch.alerting.store import BatchWrite, Store
+from anchorwatch.stack.postgres import PostgresDatabase
+from tests.support.alerting_store import row
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def state(tmp_path: Path, postgres_url: PostgresDatabase) -> StateLocation:
+    return StateLocation(tmp_path, postgres_url.url, SecretStr(postgres_url.password))
+
+
+def _end_sessions(state: StateLocation, application_name: str) -> int:
+    """Ends, as an administrator would, every session of ``application_name``."""
+    assert state.url is not None and state.password is not None
+    with psycopg.connect(
+        state.url, password=state.password.get_secret_value(), autocommit=True
+    ) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (application_name,),
+        ).fetchall()
+    time.sleep(0.2)  # the server closes them asynchronously
+    return len(rows)
+
+
+def test_a_connection_ended_between_transactions_is_made_again(state: StateLocation) -> None:
+    db = Database(state, filename="x", schema="sessions_a")
+    db.script("CREATE TABLE IF NOT EXISTS t (v INTEGER);")
+    assert _end_sessions(state, APPLICATION_NAME) >= 1  # a server restart looks the same
+    with db.write():
+        db.execute("INSERT INTO t (v) VALUES (1)")
+    with db.read():
+        assert db.execute("SELECT v FROM t").fetchall() == [(1,)]
+    db.close()
+
+
+def test_a_connection_ended_inside_a_transaction_commits_none_of_it(
+    state: StateLocation,
+) -> None:
+    db = Database(state, filename="x", schema="sessions_b")
+    db.script("CREATE TABLE IF NOT EXISTS t (v INTEGER);")
+    with pytest.raises(SessionEnded, match="ended"), db.write():
+        db.execute("INSERT INTO t (v) VALUES (1)")
+        _end_sessions(state, APPLICATION_NAME)
+        db.execute("INSERT INTO t (v) VALUES (2)")  # not run elsewhere, outside it
+    assert not db.in_transaction
+    with db.write():  # the next transaction connects again
+        db.execute("INSERT INTO t (v) VALUES (3)")
+    with db.read():
+        assert db.execute("SELECT v FROM t").fetchall() == [(3,)]
+    db.close()
+
+
+#: A leader in a process of its own that stops itself (SIGSTOP) inside a write transaction
+#: of the state: everything written, holding the schema's write lock, the COMMIT not sent.
+_PAUSED_LEADER = """
+import os, signal, sys
+from pathlib import Path
+from pydantic import SecretStr
+from anchorwatch.alerting.database import StateLocation
+from anchorwatch.alerting.leadership import Lease
+from anchorwatch.alerting.store import BatchWrite, Store
+from tests.support.alerting_store import row
+
+state = StateLocation(Path(sys.argv[1]), os.environ["STATE_URL"], SecretStr(os.environ["STATE_PW"]))
+lease = Lease(state, lease_s=1.5)
+assert lease.try_acquire()
+store = Store(state, fence=lease.fence)
+
+def pause() -> None:
+    print("paused in commit", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+try:
+    store.commit_batch(
+        BatchWrite(now_ms=1, incidents=[row("paused")]), keep_verdict_ids=10,
+        before_commit=pause,
+    )
+    print("committed", flush=True)
+except Exception as exc:
+    print("refused:", type(exc).__name__, flush=True)
+"""
+
+
+def test_a_standby_takes_over_from_a_leader_paused_inside_a_write(
+    state: StateLocation, tmp_path: Path
+) -> None:
+    assert state.url is not None and state.password is not None
+    Store(state).close()  # the schema exists before either starts
+    env = {**os.environ, "STATE_URL": state.url, "STATE_PW": state.password.get_secret_value()}
+    leader = subprocess.Popen(
+        [sys.executable, "-c", _PAUSED_LEADER, str(tmp_path / "leader")],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert leader.stdout is not None
+        assert leader.stdout.readline().strip() == "paused in commit"
+        standby = Lease(state, lease_s=1.5)
+        started = time.monotonic()
+        # Before, it waited on the paused one's lock for the whole pause (lock_timeout).
+        assert standby.acquire(threading.Event(), poll_s=0.1)
+        took_s = time.monotonic() - started
+        assert took_s < 6, f"took the lead after {took_s:.1f} s"
+        Store(state, fence=standby.fence).commit_batch(
+            BatchWrite(now_ms=2, incidents=[row("after")]), keep_verdict_ids=10
+        )
+        os.kill(leader.pid, signal.SIGCONT)
+        out, _ = leader.communicate(timeout=30)
+        assert out.strip() == "refused: SessionEnded"
+        listed = Store(state, create=False).list_incidents(open_only=False, limit=9)
+        assert [i.row.incident_id for i in listed] == ["after"]
+        standby.close()
+    finally:
+        if leader.poll() is None:
+            os.kill(leader.pid, signal.SIGCONT)
+            leader.kill()
