@@ -144,6 +144,12 @@ class ServiceProcess:
     def pid(self) -> int:
         return self.process.pid
 
+    @property
+    def stopped(self) -> bool:
+        """True while the process is stopped (SIGSTOP: state T in /proc)."""
+        stat = Path(f"/proc/{self.pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] == "T"
+
     def kill9(self) -> None:
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGKILL)

@@ -171,19 +171,27 @@ def test_the_other_instance_finishes_the_incidents_of_a_killed_one_whose_disk_is
     assert "reconciled" in outcomes
 
 
+@pytest.mark.parametrize("inside_a_write", [False, True], ids=["between", "inside-a-write"])
 def test_an_instance_paused_past_its_leases_posts_nothing_for_the_partitions_it_lost(
     job_settings: JobSettings,
     tmp_path: Path,
     slack: LocalSlackWithHistory,
     jira: LocalJira,
     postgres_url: PostgresDatabase,
+    inside_a_write: bool,
 ) -> None:
     """SIGSTOP of a past its leases and its group session; b takes a's partitions and
     finishes what arrives; SIGCONT: a's writes for them are fenced, so it posts nothing
-    for them, and goes on sharing the work (it is not stopped) once the group rebalances."""
+    for them, and goes on sharing the work (it is not stopped) once the group rebalances.
+    ``inside_a_write``: a stops itself inside its first batch's transaction, holding the
+    state's write lock, which b ends once a's leases have (leadership.py)."""
     partitions = verdict_partitions(job_settings)
     configs, location = split_instances(job_settings, tmp_path, slack, jira, postgres_url)
-    a = ServiceProcess(service_env(configs[0]), tmp_path / "a.log")
+    env_a = service_env(configs[0])
+    if inside_a_write:
+        env_a["ANCHORWATCH_ALERTING_TEST_CRASH_WITH"] = "stop"
+    pause_at = "batch_in_commit" if inside_a_write else None
+    a = ServiceProcess(env_a, tmp_path / "a.log", crash_at=pause_at)
     b = ServiceProcess(service_env(configs[1]), tmp_path / "b.log")
     try:
         wait_until(lambda: ready(configs[0]) and ready(configs[1]), 60, "both to be ready")
@@ -191,8 +199,11 @@ def test_an_instance_paused_past_its_leases_posts_nothing_for_the_partitions_it_
         first = lifecycles("paused", partitions)
         half = len(first) // 2
         produced = produce_on(job_settings, first[:half])
-        wait_until(lambda: delivered_everything(location, produced), 60, "the first posts")
-        os.kill(a.pid, signal.SIGSTOP)
+        if inside_a_write:
+            wait_until(lambda: a.stopped, 60, "a to stop inside its first batch's write")
+        else:
+            wait_until(lambda: delivered_everything(location, produced), 60, "the first posts")
+            os.kill(a.pid, signal.SIGSTOP)
         wait_until(
             lambda: (
                 len(set(holders(location).values())) == 1

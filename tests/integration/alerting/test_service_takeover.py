@@ -134,12 +134,6 @@ def test_a_leader_paused_past_its_lease_posts_nothing_when_it_wakes_up(
     check_every_incident(job_settings, location, slack, jira, set(docs))
 
 
-def _stopped(pid: int) -> bool:
-    """True once the process is stopped (SIGSTOP: state T in /proc)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] == "T"
-
-
 def test_a_leader_paused_inside_a_write_holds_no_takeover_back(
     job_settings: JobSettings,
     tmp_path: Path,
@@ -161,7 +155,7 @@ def test_a_leader_paused_inside_a_write_holds_no_takeover_back(
         wait_until(lambda: ready(configs[0]), 60, "the first instance to lead and be ready")
         standby = ServiceProcess(service_env(configs[1]), tmp_path / "b.log")
         produced = produce(job_settings, verdicts)
-        wait_until(lambda: _stopped(leader.pid), 60, "the leader to stop inside its write")
+        wait_until(lambda: leader.stopped, 60, "the leader to stop inside its write")
         paused = time.monotonic()
         # Before, the standby waited on the paused one's lock until it woke up.
         wait_until(lambda: ready(configs[1]), 10 * LEASE_S, "the standby to take the lead")

@@ -35,7 +35,8 @@ def state(tmp_path: Path, postgres_url: PostgresDatabase) -> StateLocation:
 
 def _end_sessions(state: StateLocation, application_name: str) -> int:
     """Ends, as an administrator would, every session of ``application_name``."""
-    assert state.url is not None and state.password is not None
+    assert state.url is not None
+    assert state.password is not None
     with psycopg.connect(
         state.url, password=state.password.get_secret_value(), autocommit=True
     ) as admin:
@@ -64,10 +65,15 @@ def test_a_connection_ended_inside_a_transaction_commits_none_of_it(
 ) -> None:
     db = Database(state, filename="x", schema="sessions_b")
     db.script("CREATE TABLE IF NOT EXISTS t (v INTEGER);")
-    with pytest.raises(SessionEnded, match="ended"), db.write():
-        db.execute("INSERT INTO t (v) VALUES (1)")
-        _end_sessions(state, APPLICATION_NAME)
-        db.execute("INSERT INTO t (v) VALUES (2)")  # not run elsewhere, outside it
+
+    def write_across_the_end() -> None:
+        with db.write():
+            db.execute("INSERT INTO t (v) VALUES (1)")
+            _end_sessions(state, APPLICATION_NAME)
+            db.execute("INSERT INTO t (v) VALUES (2)")  # not run elsewhere, outside it
+
+    with pytest.raises(SessionEnded, match="ended"):
+        write_across_the_end()
     assert not db.in_transaction
     with db.write():  # the next transaction connects again
         db.execute("INSERT INTO t (v) VALUES (3)")
@@ -110,7 +116,8 @@ except Exception as exc:
 def test_a_standby_takes_over_from_a_leader_paused_inside_a_write(
     state: StateLocation, tmp_path: Path
 ) -> None:
-    assert state.url is not None and state.password is not None
+    assert state.url is not None
+    assert state.password is not None
     Store(state).close()  # the schema exists before either starts
     env = {**os.environ, "STATE_URL": state.url, "STATE_PW": state.password.get_secret_value()}
     leader = subprocess.Popen(
