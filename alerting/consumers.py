@@ -326,8 +326,11 @@ class VerdictSource(Protocol):
     """Where the service's verdicts come from: a ``VerdictConsumer``, or the partitions of an
     instance that shares the work (``split_work.SplitWork``)."""
 
-    kafka_ok: bool
-    last_error: str | None
+    @property
+    def kafka_ok(self) -> bool: ...
+
+    @property
+    def last_error(self) -> str | None: ...
 
     def commit(self, offsets: dict[tuple[str, int], int], *, wait: bool = False) -> None: ...
 

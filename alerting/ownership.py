@@ -80,6 +80,10 @@ class PartitionOwnership:
         self._shared = (db, threading.Lock())
         self._renewed = time.monotonic()
         self._assigned_now = False
+        #: For the readiness probe: False from a broker-wide error (all brokers down, the
+        #: transport) until the cluster answers again; ``last_error``: its text.
+        self.kafka_ok = True
+        self.last_error: str | None = None
         self._consumer = Consumer(
             client_config(
                 settings.kafka,
@@ -95,6 +99,7 @@ class PartitionOwnership:
                     "enable.auto.offset.store": False,
                     "auto.offset.reset": a.start_offset,
                     "isolation.level": "read_committed",
+                    "error_cb": self._on_error,
                     **(consumer_config or {}),
                 },
             )
@@ -105,6 +110,22 @@ class PartitionOwnership:
             on_revoke=self._revoked,
             on_lost=self._revoked,
         )
+
+    def _on_error(self, error: KafkaError) -> None:
+        self.last_error = str(error)[:300]
+        if error.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+            self.kafka_ok = False
+        log.warning("verdict consumer error", extra={"error": self.last_error})
+
+    def _check_kafka(self) -> None:
+        """After a broker-wide error: whether the cluster answers again (a metadata request;
+        an idle consumer has no other sign of it)."""
+        try:
+            self._consumer.list_topics(self.topic, timeout=min(self.lease_s, 5.0))
+        except KafkaException as exc:
+            self.last_error = str(exc)[:300]
+            return
+        self.kafka_ok = True
 
     # ------------------------------------------------------------------ the group's word
 
@@ -226,6 +247,8 @@ class PartitionOwnership:
             self.renew()
             self._renewed = time.monotonic()
             self._take_pending()
+            if not self.kafka_ok:
+                self._check_kafka()
         messages = self._consumer.consume(max_messages, timeout_s)
         if self._assigned_now:
             # Just assigned: taken now if free; else retried at each renewal.

@@ -37,9 +37,6 @@ class SplitWork:
     """This instance's share: its partitions' verdicts (``poll``) and the engine deciding
     them (``engine``, replaced when the partitions change). The consumer thread calls it."""
 
-    kafka_ok = True  # for the readiness probe: the group's errors are logged as they come
-    last_error: str | None = None
-
     def __init__(
         self,
         settings: AlertingSettings,
@@ -65,6 +62,15 @@ class SplitWork:
         except BaseException:
             self.ownership.close()
             raise
+
+    @property
+    def kafka_ok(self) -> bool:
+        """For the readiness probe: the group's consumer reaches the cluster."""
+        return self.ownership.kafka_ok
+
+    @property
+    def last_error(self) -> str | None:
+        return self.ownership.last_error
 
     @property
     def assigned(self) -> frozenset[int]:

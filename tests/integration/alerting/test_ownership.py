@@ -22,6 +22,7 @@ from anchorwatch.alerting.store import BatchWrite, Store
 from anchorwatch.jobs.settings import JobSettings
 from anchorwatch.kafkaio import client_config
 from anchorwatch.stack.postgres import PostgresDatabase
+from anchorwatch.stack.processes import free_port
 from tests.support.alerting_kafka import load_settings, service_config
 from tests.support.alerting_store import row
 from tests.support.waiting import wait_until
@@ -223,3 +224,22 @@ def test_a_batch_for_partitions_not_all_owned_is_refused_whole(
             assert a.ownership.owned_now() == frozenset(owned)
         finally:
             store.close()
+
+
+def test_the_readiness_probe_sees_a_cluster_that_does_not_answer(
+    settings: AlertingSettings, state: StateLocation
+) -> None:
+    """The group's consumer reports a broker-wide error (``kafka_ok`` false, with its text);
+    a member on a live cluster stays true."""
+    with members(settings, state, "live") as (live,):
+        wait_until(lambda: bool(live.ownership.owned), 60, "the live member to own partitions")
+        assert live.ownership.kafka_ok
+        assert live.ownership.last_error is None
+    unreachable = f"127.0.0.1:{free_port()}"
+    cut = settings.model_copy(
+        update={"kafka": settings.kafka.model_copy(update={"bootstrap_servers": unreachable})}
+    )
+    with members(cut, state, "cut") as (member,):
+        wait_until(lambda: not member.ownership.kafka_ok, 60, "the error to be reported")
+        assert member.ownership.last_error is not None
+        assert not member.ownership.owned
