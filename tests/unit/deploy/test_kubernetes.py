@@ -7,7 +7,9 @@ FlinkDeployment, Strimzi's Kafka, KafkaNodePool and KafkaTopic), closed against 
 fields as `kubectl apply --validate=strict` would. Then what the manifests mean: the topics
 are the product's, three replicas; the job runs in application mode with savepoint
 upgrades and checkpoints on a shared volume or an S3-style store; the probes hit the
-endpoints the services serve; alerting is one replica with its state on a volume."""
+endpoints the services serve; alerting is one replica with its state on a volume, or, in
+the replicated variant (deploy/kubernetes/replicated), replicas on different nodes that
+share the work on a PostgreSQL state, with settings the service accepts."""
 
 from __future__ import annotations
 
@@ -26,11 +28,13 @@ import pytest
 import yaml
 from referencing import Registry, Resource
 
+from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.settings import TopicSettings
 from anchorwatch.stack.topics import topic_specs
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = ROOT / "deploy" / "kubernetes"
+REPLICATED = BASE / "replicated"
 SCHEMAS = ROOT / "deploy" / "schemas" / "kubernetes"
 KUBE = SCHEMAS / "kubernetes-v1.34.0"
 
@@ -97,6 +101,9 @@ def render(base: Path = BASE) -> list[Doc]:
     assert set(kustomization) <= KUSTOMIZE_FEATURES, set(kustomization) - KUSTOMIZE_FEATURES
     docs: list[Doc] = []
     for name in kustomization["resources"]:
+        if (base / name).is_dir():  # another kustomization: rendered, then transformed here
+            docs += render(base / name)
+            continue
         docs += [d for d in yaml.safe_load_all((base / name).read_text()) if d is not None]
     for doc in docs:
         meta = doc.setdefault("metadata", {})
@@ -112,12 +119,12 @@ def render(base: Path = BASE) -> list[Doc]:
 
 
 @cache
-def _rendered() -> tuple[Doc, ...]:
-    return tuple(render())
+def _rendered(base: Path = BASE) -> tuple[Doc, ...]:
+    return tuple(render(base))
 
 
-def docs() -> list[Doc]:
-    return copy.deepcopy(list(_rendered()))
+def docs(base: Path = BASE) -> list[Doc]:
+    return copy.deepcopy(list(_rendered(base)))
 
 
 def of_kind(kind: str) -> list[Doc]:
@@ -209,7 +216,17 @@ def _id(doc: Doc) -> str:
     return f"{doc['kind']}/{doc['metadata']['name']}"
 
 
-@pytest.mark.parametrize("doc", docs(), ids=_id)
+def _replicated_only() -> list[Doc]:
+    """The replicated variant's resources that the default does not have as they are."""
+    default = docs()
+    return [d for d in docs(REPLICATED) if d not in default]
+
+
+@pytest.mark.parametrize(
+    "doc",
+    docs() + _replicated_only(),
+    ids=lambda d: _id(d) + (" (replicated)" if d not in _rendered() else ""),
+)
 def test_every_resource_validates_against_its_pinned_schema(doc: Doc) -> None:
     assert errors(doc) == []
 
@@ -486,3 +503,60 @@ def test_every_setting_named_is_one_the_product_reads() -> None:
     for section, values in settings_file().items():
         for key in values:
             assert f"`[{section}] {key}`" in documented, (section, key)
+
+
+# --------------------------------------------------------------------------- replicated
+
+
+def test_the_replicated_variant_differs_only_in_its_alerting_service() -> None:
+    default, replicated = docs(), docs(REPLICATED)
+    alerting = {"anchorwatch-alerting", "anchorwatch-alerting-state"}
+    assert [d for d in default if d["metadata"]["name"] not in alerting] == [
+        d for d in replicated if d["metadata"]["name"] not in alerting
+    ]
+    assert [_id(d) for d in replicated if d["metadata"]["name"] in alerting] == [
+        "Deployment/anchorwatch-alerting",
+        "Service/anchorwatch-alerting",
+    ]  # no volume claim: the state is in PostgreSQL
+
+
+def test_replicated_alerting_shares_the_work_across_nodes_on_a_postgresql_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (doc,) = [
+        d
+        for d in docs(REPLICATED)
+        if (d["kind"], d["metadata"]["name"]) == ("Deployment", "anchorwatch-alerting")
+    ]
+    spec = doc["spec"]
+    assert spec["replicas"] >= 2
+    assert spec["strategy"]["type"] == "RollingUpdate"
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    (spread,) = spec["template"]["spec"]["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["labelSelector"]["matchLabels"].items() <= (
+        spec["template"]["metadata"]["labels"].items()
+    )
+    volumes = spec["template"]["spec"]["volumes"]
+    assert not [v for v in volumes if "persistentVolumeClaim" in v]
+    (container,) = _containers(doc)
+    env = _env(container)
+    # The state's password is a file of the alerting Secret, created in the walkthrough.
+    password_file = str(env["ANCHORWATCH_ALERTING__STATE_PASSWORD_FILE"])
+    (secrets,) = [m for m in container["volumeMounts"] if m["name"] == "alerting-secrets"]
+    assert password_file.startswith(secrets["mountPath"] + "/")
+    key = password_file.rsplit("/", 1)[1]
+    assert f"--from-file={key}=" in (ROOT / "docs" / "operations.md").read_text()
+    # The service accepts these settings as the pod would load them.
+    (tmp_path / "secret").write_text("s3cret\n")
+    (tmp_path / "anchorwatch.toml").write_text(
+        one("ConfigMap", "anchorwatch-config")["data"]["anchorwatch.toml"]
+    )
+    for name, value in env.items():
+        if name.startswith("ANCHORWATCH_") and isinstance(value, str):
+            monkeypatch.setenv(name, str(tmp_path / "secret") if name.endswith("_FILE") else value)
+    monkeypatch.setenv("ANCHORWATCH_CONFIG", str(tmp_path / "anchorwatch.toml"))
+    settings = AlertingSettings.load()
+    assert settings.alerting.work_split
+    assert settings.alerting.state_url == env["ANCHORWATCH_ALERTING__STATE_URL"]
+    assert not settings.grouping.enabled
