@@ -426,13 +426,30 @@ def week(types: int, days: float) -> None:
         incidents = len(engine.store.list_incidents(open_only=False, limit=10**8))
         engine.close()
         files = {p.name: p.stat().st_size for p in sorted(state.glob("*.sqlite3*"))}
+        unpacked = _refit_as_rows(state, names, Path(tmp) / "rows")
     total = sum(files.values())
     print(
         f"  {days:g} days of {types:,} types ({offset:,} verdicts, {incidents:,} incidents): "
         f"state {total / 2**20:,.1f} MiB, {total / types / 2**20:.2f} MiB per type "
         f"({', '.join(f'{n} {b / 2**20:,.1f}' for n, b in files.items())}); "
-        f"peak RSS {peak / 2**20:.0f} MiB"
+        f"peak RSS {peak / 2**20:.0f} MiB; the same refit windows a row each (as before "
+        f"hours were packed): {unpacked / 2**20:,.1f} MiB"
     )
+
+
+def _refit_as_rows(state: Path, doc_types: list[str], into: Path) -> int:
+    """The size of the refit history's windows written a row each, none packed."""
+    from anchorwatch.alerting.refit_rows import FILENAME, StoredRows
+
+    packed, rows = StoredRows(state), StoredRows(into)
+    rows._to_check.clear()  # nothing packed: one row per window, as before
+    for doc_type in doc_types:
+        for row in packed.rows(doc_type, 0):
+            rows.put(doc_type, row)
+        rows.flush()
+    packed.close()
+    rows.close()
+    return sum(p.stat().st_size for p in into.glob(FILENAME + "*"))
 
 
 def main() -> None:
