@@ -265,6 +265,22 @@ class PartitionOwnership:
                 out.append(message)
         return out
 
+    def rewind(self, starts: dict[int, int]) -> None:
+        """Reads the owned ones of these partitions again from these offsets (a batch that
+        was not committed)."""
+        for partition, offset in sorted(starts.items()):
+            if partition not in self.owned:
+                continue  # given up: its next owner starts from the state's offset
+            try:
+                self._consumer.seek(TopicPartition(self.topic, partition, offset))
+            except KafkaException as exc:
+                # Not fetching yet: assigned anew at the offset, as when it is taken.
+                log.info("verdict partition re-assigned", extra={"error": str(exc)[:300]})
+                tp = TopicPartition(self.topic, partition)
+                self._consumer.incremental_unassign([tp])
+                self._consumer.incremental_assign([TopicPartition(self.topic, partition, offset)])
+            log.info("verdict partition read again", extra={"partition": partition, "from": offset})
+
     def commit(self, offsets: dict[tuple[str, int], int]) -> None:
         """The owned partitions' next offsets, committed to the group (lag monitoring only:
         the state holds the offsets the work resumes from)."""

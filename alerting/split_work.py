@@ -47,6 +47,7 @@ class SplitWork:
     ) -> None:
         self._make_engine = make_engine
         self._changed = False
+        self._batch_starts: dict[int, int] = {}
         # The newest baseline of every type, for an engine built anew (``set_baseline``).
         self._baselines: dict[str, Baseline] = {}
         self.topic = settings.topics.verdicts
@@ -95,7 +96,12 @@ class SplitWork:
         messages = self.ownership.poll(timeout_s, max_messages)
         if self._changed:
             self.rebuild()
-        return [raw_message(m) for m in messages]
+        out = [raw_message(m) for m in messages]
+        # Where this batch began on each partition: read again if it is refused (fenced).
+        self._batch_starts = {}
+        for m in out:
+            self._batch_starts.setdefault(m.partition, m.offset)
+        return out
 
     def rebuild(self) -> None:
         self._changed = False
@@ -121,6 +127,10 @@ class SplitWork:
         log.warning("alerting write fenced: partition taken over", extra={"reason": str(exc)})
         self.ownership.renew()
         self.rebuild()
+        # The refused batch's verdicts of the partitions still owned are read again: the
+        # consumer had moved past them, and nothing of them was committed.
+        self.ownership.rewind(self._batch_starts)
+        self._batch_starts = {}
 
     def commit(self, offsets: dict[tuple[str, int], int], *, wait: bool = False) -> None:
         self.ownership.commit(offsets)

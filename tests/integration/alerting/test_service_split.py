@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from anchorwatch.alerting.crash import CrashPoints
 from anchorwatch.alerting.database import Database, StateLocation
 from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.leadership import read_leases
@@ -252,10 +253,11 @@ def test_a_batch_for_a_partition_whose_lease_another_took_commits_and_posts_noth
     that lease ends unrenewed (the group still assigns it there)."""
     partitions = verdict_partitions(job_settings)
     configs, location = split_instances(job_settings, tmp_path, slack, jira, postgres_url)
-    service = AlertingService(load_settings(configs[0])).start()
-    try:
-        wait_until(lambda: len(holders(location)) == len(partitions), 60, "every partition owned")
-        stolen, kept = partitions[0], partitions[1]
+    stolen, kept = partitions[0], partitions[1]
+
+    def steal() -> None:
+        """Another holder takes the stolen partition's lease, between the decision of a
+        batch and its commit (as when this instance was paused just there)."""
         database = Database(location, filename=FILENAME, schema=PG_SCHEMA)
         try:
             with database.write() as db:
@@ -266,9 +268,21 @@ def test_a_batch_for_a_partition_whose_lease_another_took_commits_and_posts_noth
                 )
         finally:
             database.close()
+
+    crash = CrashPoints("batch_before_commit", action=steal)
+    service = AlertingService(load_settings(configs[0]), crash=crash).start()
+    try:
+        wait_until(lambda: len(holders(location)) == len(partitions), 60, "every partition owned")
         before = len(slack.messages)
-        produce_on(job_settings, [(stolen, v) for v in lifecycle("fenced-0")])
-        produced_kept = produce_on(job_settings, [(kept, v) for v in lifecycle("kept-0")])
+        # Interleaved, so batches mix both partitions: a batch refused for the stolen one
+        # must not skip the kept one's verdicts in it.
+        stolen_verdicts = [(stolen, v) for v in lifecycle("fenced-0")]
+        kept_verdicts = [(kept, v) for v in lifecycle("kept-0")]
+        mixed = [pv for pair in zip(stolen_verdicts, kept_verdicts, strict=False) for pv in pair]
+        produce_on(job_settings, mixed[:2])  # one of each: the first batch holds both
+        time.sleep(1)
+        produce_on(job_settings, mixed[2:])
+        produced_kept = len(kept_verdicts)
         split = service._split
         assert split is not None
         wait_until(lambda: stolen not in split.assigned, 30, "the stolen partition given up")
@@ -279,6 +293,12 @@ def test_a_batch_for_a_partition_whose_lease_another_took_commits_and_posts_noth
         )
         incidents = list_incidents(location, open_only=False, limit=10)
         assert "fenced-0" not in {i.row.doc_type for i in incidents}
+        kept_ids = {v.verdict_id for _, v in kept_verdicts}
+        store = Store(location, create=False)
+        try:
+            assert store.seen_verdicts(kept_ids) == kept_ids, "kept verdicts skipped"
+        finally:
+            store.close()
         labels = set(parents_by_label(slack.messages[before:]))
         assert labels == {incident_label(i.row.incident_id) for i in incidents}
         assert service.health()[0], "a fenced write stopped the instance"
