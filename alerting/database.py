@@ -16,9 +16,11 @@ without another writer in between). A read transaction sees one consistent snaps
 
 from __future__ import annotations
 
+import logging
 import re
 import secrets
 import sqlite3
+import time
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,6 +34,8 @@ import psycopg
 from pydantic import SecretStr
 
 from anchorwatch.errors import AnchorwatchError
+
+log = logging.getLogger(__name__)
 
 Dialect = Literal["sqlite", "postgresql"]
 
@@ -53,6 +57,25 @@ class SessionEnded(psycopg.OperationalError):
     an instance that took an expired lease over ended it): nothing of the transaction is
     known to have committed; the next transaction connects again."""
 
+
+#: The leases of the instances sharing a state (``leadership.py``), and the session each
+#: holder's connections name (``SESSION_TAG``).
+_LEASES = "alerting.leader"
+_NOW_MS = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT"
+#: The session holding this schema's write lock, if it sits idle inside its transaction
+#: and its process holds leases, all of them ended: an instance stopped mid-write (paused,
+#: or cut off), which another has taken over or will.
+_END_STALE_HOLDER = f"""
+SELECT count(*) FILTER (WHERE pg_terminate_backend(a.pid))
+FROM pg_locks k JOIN pg_stat_activity a ON a.pid = k.pid
+CROSS JOIN LATERAL (SELECT substr(a.application_name, %s) AS tag) t
+WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 2
+  AND k.classid::bigint = %s AND k.objid::bigint = %s
+  AND a.pid <> pg_backend_pid() AND starts_with(a.application_name, %s)
+  AND a.state IN ('idle in transaction', 'idle in transaction (aborted)')
+  AND EXISTS (SELECT 1 FROM {_LEASES} e WHERE e.session = t.tag AND e.expires_ms < {_NOW_MS})
+  AND NOT EXISTS (SELECT 1 FROM {_LEASES} e WHERE e.session = t.tag AND e.expires_ms >= {_NOW_MS})
+"""  # noqa: S608
 
 #: The errors a connection raises on a bad file, a refused login or broken SQL.
 DATABASE_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error, psycopg.Error)
@@ -262,10 +285,54 @@ class Database:
         self._pg_run("BEGIN", None)
         self._in_tx = True
         try:
-            self._pg_run("SELECT pg_advisory_xact_lock(%s, %s)", (_WRITE_LOCK, self._lock_key))
+            taken = self._pg_run(
+                "SELECT pg_try_advisory_xact_lock(%s, %s)", (_WRITE_LOCK, self._lock_key)
+            ).fetchone()[0]
         except BaseException:
             self._end("ROLLBACK")
             raise
+        if not taken:
+            self._wait_for_lock()
+
+    def _wait_for_lock(self) -> None:
+        """The write lock is another's: waited for a second at a time (at most the
+        connection's timeout in all), and between the waits, if its holder is an instance
+        stopped inside its transaction whose leases have all ended, that transaction is
+        ended (module ``leadership``): a paused instance must not hold the others up."""
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                self._pg_run("SET LOCAL lock_timeout = '1s'", None)
+                self._pg_run("SELECT pg_advisory_xact_lock(%s, %s)", (_WRITE_LOCK, self._lock_key))
+                self._pg_run(f"SET LOCAL lock_timeout = '{int(self._timeout_s * 1000)}ms'", None)
+                return
+            except psycopg.errors.LockNotAvailable:
+                self._end("ROLLBACK")
+                if time.monotonic() >= deadline:
+                    raise
+                self._end_stale_holder()
+                self._pg_run("BEGIN", None)
+                self._in_tx = True
+            except BaseException:
+                self._end("ROLLBACK")
+                raise
+
+    def _end_stale_holder(self) -> None:
+        try:
+            if self._pg_run("SELECT to_regclass(%s)", (_LEASES,)).fetchone()[0] is None:
+                return  # no instance holds a lease on this state: nobody to end
+            ended = self._pg_run(
+                _END_STALE_HOLDER,
+                (len(APPLICATION_PREFIX) + 1, _WRITE_LOCK, self._lock_key, APPLICATION_PREFIX),
+            ).fetchone()[0]
+        except psycopg.Error as exc:  # not allowed (another role), say: waited for instead
+            log.warning("stale lock holder not ended", extra={"error": str(exc)[:300]})
+            return
+        if ended:
+            log.warning(
+                "ended the open transaction of an instance whose leases have ended",
+                extra={"schema": self.schema, "sessions": int(ended)},
+            )
 
     def commit(self) -> None:
         if self.in_transaction:

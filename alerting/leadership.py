@@ -14,11 +14,13 @@ and sends none. The row lock holds a takeover back until a write that passed the
 committed, so no write of an old leader lands after the new one took over.
 
 A holder paused inside a write transaction (SIGSTOP between two statements) would hold the
-schema's write lock and the row for the whole pause, and with them every takeover. So an
-instance that finds a lease expired first ends that holder's sessions that sit idle inside
-a transaction (``pg_terminate_backend``; each connection names its process in
-``application_name``, ``database.SESSION_TAG``). The paused holder finds its connection
-gone when it wakes (``SessionEnded``): nothing of that transaction committed.
+schema's write lock and the row for the whole pause, and with them every takeover and
+every other instance's writes. So a writer that waits for that lock ends the transaction of
+its holder if the holder sits idle inside it and its process holds leases, all of them
+ended (``database.Database.begin``; ``pg_terminate_backend``: each connection names its
+process in ``application_name``, ``database.SESSION_TAG``, and each lease row its
+holder's). The paused holder finds its connection gone when it wakes (``SessionEnded``):
+nothing of that transaction committed.
 
 A notification whose send had started when the lead changed hands is ``attempting`` in the
 outbox: the new leader reconciles it with Slack and Jira as after a crash (``outbox.py``).
@@ -37,7 +39,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from anchorwatch.alerting.database import (
-    APPLICATION_PREFIX,
     DATABASE_ERRORS,
     SESSION_TAG,
     Database,
@@ -61,16 +62,6 @@ CREATE TABLE IF NOT EXISTS leader (
 );
 ALTER TABLE leader ADD COLUMN IF NOT EXISTS session TEXT NOT NULL DEFAULT '';
 """
-
-#: The sessions of a lease's expired holder that are open inside a transaction. Only those
-#: hold locks a takeover waits on; its other connections are left for it to find fenced.
-_STALE_SESSIONS: Final = (
-    "SELECT count(*) FILTER (WHERE pg_terminate_backend(a.pid)) FROM leader l "  # noqa: S608
-    "JOIN pg_stat_activity a ON a.application_name = ? || l.session "
-    f"WHERE l.name = ? AND l.expires_ms < {_NOW_MS} AND l.session NOT IN ('', ?) "
-    "AND a.datname = current_database() AND a.pid <> pg_backend_pid() "
-    "AND a.state IN ('idle in transaction', 'idle in transaction (aborted)')"
-)
 
 
 def create_lease_table(db: Database) -> None:
@@ -147,8 +138,6 @@ class Lease:
             ).fetchone()
             if left is not None and int(left[0]) >= 0:
                 return False
-            if left is not None:
-                self._end_stale_sessions()
         with self._guard, self._db.write() as db:
             db.execute(
                 "INSERT INTO leader (name, holder, epoch, expires_ms) VALUES (?, '', 0, 0) "
@@ -169,23 +158,6 @@ class Lease:
             extra={"lease": self.name, "holder": self.holder, "epoch": self.epoch},
         )
         return True
-
-    def _end_stale_sessions(self) -> None:
-        try:
-            ended = int(
-                self._db.execute(
-                    _STALE_SESSIONS, (APPLICATION_PREFIX, self.name, SESSION_TAG)
-                ).fetchone()[0]
-            )
-        except DATABASE_ERRORS as exc:
-            # Not allowed (another role), say: the takeover waits for the lock instead.
-            log.warning("expired holder's sessions not ended", extra={"error": str(exc)[:300]})
-            return
-        if ended:
-            log.warning(
-                "ended an expired lease holder's open transactions",
-                extra={"lease": self.name, "sessions": ended},
-            )
 
     def acquire(self, stop: threading.Event, *, poll_s: float | None = None) -> bool:
         """Waits as a standby until this instance leads (True) or ``stop`` is set (False)."""

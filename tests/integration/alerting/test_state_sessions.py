@@ -11,7 +11,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from subprocess import Popen
 
 import psycopg
 import pytest
@@ -19,7 +22,7 @@ from pydantic import SecretStr
 
 from anchorwatch.alerting.database import APPLICATION_NAME, Database, SessionEnded, StateLocation
 from anchorwatch.alerting.leadership import Lease
-from anchorwatch.alerting.store import BatchWrite, Store
+from anchorwatch.alerting.store import PG_SCHEMA, BatchWrite, Store
 from anchorwatch.stack.postgres import PostgresDatabase
 from tests.support.alerting_store import row
 
@@ -90,11 +93,11 @@ from pathlib import Path
 from pydantic import SecretStr
 from anchorwatch.alerting.database import StateLocation
 from anchorwatch.alerting.leadership import Lease
-from anchorwatch.alerting.store import BatchWrite, Store
+from anchorwatch.alerting.store import PG_SCHEMA, BatchWrite, Store
 from tests.support.alerting_store import row
 
 state = StateLocation(Path(sys.argv[1]), os.environ["STATE_URL"], SecretStr(os.environ["STATE_PW"]))
-lease = Lease(state, lease_s=1.5)
+lease = Lease(state, lease_s=float(sys.argv[2]))
 assert lease.try_acquire()
 store = Store(state, fence=lease.fence)
 
@@ -113,15 +116,15 @@ except Exception as exc:
 """
 
 
-def test_a_standby_takes_over_from_a_leader_paused_inside_a_write(
-    state: StateLocation, tmp_path: Path
-) -> None:
+@contextmanager
+def paused_leader(state: StateLocation, tmp_path: Path, lease_s: float) -> Iterator[Popen[str]]:
+    """A leader in a process of its own, stopped inside its write (``_PAUSED_LEADER``)."""
     assert state.url is not None
     assert state.password is not None
     Store(state).close()  # the schema exists before either starts
     env = {**os.environ, "STATE_URL": state.url, "STATE_PW": state.password.get_secret_value()}
     leader = subprocess.Popen(
-        [sys.executable, "-c", _PAUSED_LEADER, str(tmp_path / "leader")],
+        [sys.executable, "-c", _PAUSED_LEADER, str(tmp_path / "leader"), str(lease_s)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -130,6 +133,29 @@ def test_a_standby_takes_over_from_a_leader_paused_inside_a_write(
     try:
         assert leader.stdout is not None
         assert leader.stdout.readline().strip() == "paused in commit"
+        yield leader
+    finally:
+        if leader.poll() is None:
+            os.kill(leader.pid, signal.SIGCONT)
+            leader.kill()
+            leader.wait(10)
+
+
+def _woken(leader: Popen[str]) -> str:
+    os.kill(leader.pid, signal.SIGCONT)
+    out, _ = leader.communicate(timeout=30)
+    return out.strip()
+
+
+def _incidents(state: StateLocation) -> list[str]:
+    listed = Store(state, create=False).list_incidents(open_only=False, limit=9)
+    return sorted(i.row.incident_id for i in listed)
+
+
+def test_a_standby_takes_over_from_a_leader_paused_inside_a_write(
+    state: StateLocation, tmp_path: Path
+) -> None:
+    with paused_leader(state, tmp_path, lease_s=1.5) as leader:
         standby = Lease(state, lease_s=1.5)
         started = time.monotonic()
         # Before, it waited on the paused one's lock for the whole pause (lock_timeout).
@@ -139,13 +165,37 @@ def test_a_standby_takes_over_from_a_leader_paused_inside_a_write(
         Store(state, fence=standby.fence).commit_batch(
             BatchWrite(now_ms=2, incidents=[row("after")]), keep_verdict_ids=10
         )
-        os.kill(leader.pid, signal.SIGCONT)
-        out, _ = leader.communicate(timeout=30)
-        assert out.strip() == "refused: SessionEnded"
-        listed = Store(state, create=False).list_incidents(open_only=False, limit=9)
-        assert [i.row.incident_id for i in listed] == ["after"]
+        assert _woken(leader) == "refused: SessionEnded"
+        assert _incidents(state) == ["after"]
         standby.close()
-    finally:
-        if leader.poll() is None:
-            os.kill(leader.pid, signal.SIGCONT)
-            leader.kill()
+
+
+def test_a_writer_waiting_on_a_paused_holder_ends_it_once_its_leases_have_ended(
+    state: StateLocation, tmp_path: Path
+) -> None:
+    """Not only a takeover: any write of another instance (a batch of the partitions it
+    owns) that waits on the paused holder's lock goes through once the holder's leases have
+    all ended."""
+    with paused_leader(state, tmp_path, lease_s=1.5) as leader:
+        started = time.monotonic()
+        Store(state).commit_batch(
+            BatchWrite(now_ms=2, incidents=[row("other")]), keep_verdict_ids=10
+        )
+        took_s = time.monotonic() - started
+        assert took_s < 6, f"written after {took_s:.1f} s"
+        assert _woken(leader) == "refused: SessionEnded"
+        assert _incidents(state) == ["other"]
+
+
+def test_a_holder_whose_lease_runs_is_waited_for_not_ended(
+    state: StateLocation, tmp_path: Path
+) -> None:
+    """A holder merely slow inside its transaction, its lease still running: the others
+    wait for it (at most their lock timeout), and its write commits."""
+    with paused_leader(state, tmp_path, lease_s=60) as leader:
+        waiting = Database(state, filename="x", schema=PG_SCHEMA, timeout_s=3)
+        with pytest.raises(psycopg.errors.LockNotAvailable), waiting.write():
+            pass
+        waiting.close()
+        assert _woken(leader) == "committed"
+        assert _incidents(state) == ["paused"]
