@@ -44,9 +44,9 @@ Dialect = Literal["sqlite", "postgresql"]
 #: other, as on SQLite, where each has a file of its own.
 _WRITE_LOCK = 0x6177
 
-#: This process's connections to PostgreSQL carry it in their ``application_name``, so an
-#: instance that takes over an expired lease can end what this process left open in the
-#: state (``leadership.Lease.try_acquire``) should it be paused inside a transaction.
+#: This process's connections to PostgreSQL carry it in their ``application_name`` and its
+#: lease rows name it, so another instance can end a transaction this process left open
+#: in the state should it be stopped inside one past its leases (``_wait_for_lock``).
 SESSION_TAG = secrets.token_hex(6)
 APPLICATION_PREFIX = "anchorwatch-alerting "
 APPLICATION_NAME = APPLICATION_PREFIX + SESSION_TAG
@@ -54,13 +54,13 @@ APPLICATION_NAME = APPLICATION_PREFIX + SESSION_TAG
 
 class SessionEnded(psycopg.OperationalError):
     """The connection to PostgreSQL ended inside a transaction (the server restarted, or
-    an instance that took an expired lease over ended it): nothing of the transaction is
-    known to have committed; the next transaction connects again."""
+    another instance ended it: this one was stopped in it past its leases): nothing of the
+    transaction is known to have committed; the next transaction connects again."""
 
 
 #: The leases of the instances sharing a state (``leadership.py``), and the session each
 #: holder's connections name (``SESSION_TAG``).
-_LEASES = "alerting.leader"
+LEASES_TABLE = "alerting.leader"  # in store.PG_SCHEMA (a test holds them together)
 _NOW_MS = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT"
 #: The session holding this schema's write lock, if it sits idle inside its transaction
 #: and its process holds leases, all of them ended: an instance stopped mid-write (paused,
@@ -73,8 +73,10 @@ WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 2
   AND k.classid::bigint = %s AND k.objid::bigint = %s
   AND a.pid <> pg_backend_pid() AND starts_with(a.application_name, %s)
   AND a.state IN ('idle in transaction', 'idle in transaction (aborted)')
-  AND EXISTS (SELECT 1 FROM {_LEASES} e WHERE e.session = t.tag AND e.expires_ms < {_NOW_MS})
-  AND NOT EXISTS (SELECT 1 FROM {_LEASES} e WHERE e.session = t.tag AND e.expires_ms >= {_NOW_MS})
+  AND EXISTS (SELECT 1 FROM {LEASES_TABLE} e WHERE e.session = t.tag)
+  AND NOT EXISTS (
+    SELECT 1 FROM {LEASES_TABLE} e WHERE e.session = t.tag AND e.expires_ms >= {_NOW_MS}
+  )
 """  # noqa: S608
 
 #: The errors a connection raises on a bad file, a refused login or broken SQL.
@@ -319,7 +321,7 @@ class Database:
 
     def _end_stale_holder(self) -> None:
         try:
-            if self._pg_run("SELECT to_regclass(%s)", (_LEASES,)).fetchone()[0] is None:
+            if self._pg_run("SELECT to_regclass(%s)", (LEASES_TABLE,)).fetchone()[0] is None:
                 return  # no instance holds a lease on this state: nobody to end
             ended = self._pg_run(
                 _END_STALE_HOLDER,

@@ -20,7 +20,13 @@ import psycopg
 import pytest
 from pydantic import SecretStr
 
-from anchorwatch.alerting.database import APPLICATION_NAME, Database, SessionEnded, StateLocation
+from anchorwatch.alerting.database import (
+    APPLICATION_NAME,
+    LEASES_TABLE,
+    Database,
+    SessionEnded,
+    StateLocation,
+)
 from anchorwatch.alerting.leadership import Lease
 from anchorwatch.alerting.store import PG_SCHEMA, BatchWrite, Store
 from anchorwatch.stack.postgres import PostgresDatabase
@@ -199,3 +205,7 @@ def test_a_holder_whose_lease_runs_is_waited_for_not_ended(
         waiting.close()
         assert _woken(leader) == "committed"
         assert _incidents(state) == ["paused"]
+
+
+def test_the_lease_table_the_lock_waiters_read_is_the_one_leases_are_in() -> None:
+    assert f"{PG_SCHEMA}.leader" == LEASES_TABLE
