@@ -9,7 +9,9 @@ once ``wait_for_positions`` sees the job's source placed on every partition).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -164,6 +166,10 @@ class Attribution:
                 counts["logic" if chained else "read+parse"] += 1
             else:
                 counts["logic"] += 1
+        # ANCHORWATCH_BENCH_KEEP_JFR=DIR keeps each recording there, for a closer look.
+        keep = os.environ.get("ANCHORWATCH_BENCH_KEEP_JFR")
+        if keep:
+            shutil.copy(self.file, Path(keep) / f"{source}-{self.file.name}")
         self.file.unlink()
         return counts
 

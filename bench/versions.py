@@ -89,12 +89,17 @@ def side_env(checkout: Path) -> dict[str, str]:
     return env
 
 
-def run(checkout: Path, script: list[str]) -> dict[str, float]:
+def run(checkout: Path, script: list[str], keep: Path | None = None) -> dict[str, float]:
+    """One run of the bench script from checkout: its headline figures (its whole output
+    written to ``keep`` when given)."""
     python = checkout / ".venv" / "bin" / "python"
     done = subprocess.run(
         [str(python), str(checkout / "bench" / script[0]), *script[1:]],
         cwd=checkout, env=side_env(checkout), capture_output=True, text=True,
     )  # fmt: skip
+    if keep is not None:
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        keep.write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
         raise SystemExit(f"{checkout}: bench/{script[0]} failed (exit {done.returncode})")
@@ -109,6 +114,11 @@ def main() -> None:
     parser.add_argument("--prepare", nargs=2, metavar=("REV", "DIR"))
     parser.add_argument("--against", type=Path, metavar="DIR")
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument(
+        "--keep", type=Path, metavar="DIR",
+        help="write each run's whole output to DIR/pair<N>-<commit>.txt (the other jobs' "
+        "figures of the same run: read-discard, the floors, hot methods)",
+    )  # fmt: skip
     parser.add_argument("script", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     if args.prepare:
@@ -128,8 +138,9 @@ def main() -> None:
     for pair in range(args.pairs):
         order = [(HERE, mine), (other, theirs)]
         for checkout, results in order if pair % 2 == 0 else order[::-1]:
-            results.append(run(checkout, script))
             label = head if checkout == HERE else base
+            keep = args.keep / f"pair{pair + 1}-{label}.txt" if args.keep else None
+            results.append(run(checkout, script, keep))
             shown = ", ".join(f"{k} {v:,.1f}" for k, v in results[-1].items())
             print(f"pair {pair + 1} {label}: {shown}", flush=True)
     for name in mine[0]:
