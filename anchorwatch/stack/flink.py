@@ -295,10 +295,16 @@ class FlinkCluster:
 
     def orphaned_workers(self) -> list[int]:
         """Python workers whose TaskManager is no longer alive (killed -9)."""
-        daemons = set(self.pids()[TASKMANAGER_CLASS])
+        # In this order: the workers, then their parents, then the TaskManagers. A worker
+        # a TaskManager starts meanwhile (a job being deployed) is then either not listed
+        # or found with its parent, never taken for an orphan.
+        workers = self.python_workers()
         parents = parent_pids()
+        daemons = set(self.pids()[TASKMANAGER_CLASS])
         out = []
-        for pid in self.python_workers():
+        for pid in workers:
+            if pid not in parents:
+                continue  # gone meanwhile
             ancestor, seen = parents.get(pid), set()
             while ancestor and ancestor not in daemons and ancestor not in seen and ancestor > 1:
                 seen.add(ancestor)
