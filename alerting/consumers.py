@@ -87,6 +87,10 @@ def verdict_consumer_config(
     )
 
 
+#: Consumer errors that say the cluster is out of reach (the readiness probe's ``kafka``).
+BROKER_WIDE_ERRORS: Final = (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT)
+
+
 class VerdictConsumer:
     """Explicitly assigned verdict partitions, positioned from the stored offsets."""
 
@@ -102,7 +106,7 @@ class VerdictConsumer:
 
     def _on_error(self, error: KafkaError) -> None:
         self.last_error = str(error)
-        if error.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+        if error.code() in BROKER_WIDE_ERRORS:
             self.kafka_ok = False
         log.warning("kafka consumer error", extra={"error": str(error)})
 

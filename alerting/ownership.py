@@ -26,7 +26,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from anchorwatch.alerting.consumers import PREFETCH_KIB
+from anchorwatch.alerting.consumers import BROKER_WIDE_ERRORS, PREFETCH_KIB
 from anchorwatch.alerting.database import DATABASE_ERRORS, Database, StateLocation
 from anchorwatch.alerting.leadership import (
     Lease,
@@ -113,7 +113,7 @@ class PartitionOwnership:
 
     def _on_error(self, error: KafkaError) -> None:
         self.last_error = str(error)[:300]
-        if error.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+        if error.code() in BROKER_WIDE_ERRORS:
             self.kafka_ok = False
         log.warning("verdict consumer error", extra={"error": self.last_error})
 
@@ -168,13 +168,11 @@ class PartitionOwnership:
             self.owned[partition] = lease
             self._owned_now = frozenset(self.owned)
             start = self._on_owned(partition)
-            tp = TopicPartition(self.topic, partition)
             if start is not None:
-                # Assigned anew at the state's offset: a seek is refused until the
-                # partition's fetcher has started. The pause outlives the reassignment.
-                self._consumer.incremental_unassign([tp])
-                self._consumer.incremental_assign([TopicPartition(self.topic, partition, start)])
-            self._consumer.resume([tp])
+                # At the state's offset: a seek is refused until the partition's fetcher
+                # has started. The pause outlives the reassignment.
+                self._assign_at(partition, start)
+            self._consumer.resume([TopicPartition(self.topic, partition)])
             log.info(
                 "verdict partition owned",
                 extra={"partition": partition, "epoch": lease.epoch, "holder": self.holder},
@@ -276,10 +274,13 @@ class PartitionOwnership:
             except KafkaException as exc:
                 # Not fetching yet: assigned anew at the offset, as when it is taken.
                 log.info("verdict partition re-assigned", extra={"error": str(exc)[:300]})
-                tp = TopicPartition(self.topic, partition)
-                self._consumer.incremental_unassign([tp])
-                self._consumer.incremental_assign([TopicPartition(self.topic, partition, offset)])
+                self._assign_at(partition, offset)
             log.info("verdict partition read again", extra={"partition": partition, "from": offset})
+
+    def _assign_at(self, partition: int, offset: int) -> None:
+        """The partition assigned anew, to be read from ``offset``."""
+        self._consumer.incremental_unassign([TopicPartition(self.topic, partition)])
+        self._consumer.incremental_assign([TopicPartition(self.topic, partition, offset)])
 
     def commit(self, offsets: dict[tuple[str, int], int]) -> None:
         """The owned partitions' next offsets, committed to the group (lag monitoring only:

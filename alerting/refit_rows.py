@@ -92,7 +92,8 @@ class StoredRows:
     Writes go into one open transaction until ``flush``; reads on this connection see them.
     One thread at a time (the consumer thread, which owns the engine)."""
 
-    def __init__(self, state: Path | StateLocation) -> None:
+    def __init__(self, state: Path | StateLocation, *, pack_hours: bool = True) -> None:
+        """``pack_hours``: False keeps a row per window (the benchmark's "as before")."""
         try:
             self._db = Database(state, filename=FILENAME, schema=PG_SCHEMA, synchronous="NORMAL")
             self._db.script(_SCHEMA)
@@ -115,6 +116,7 @@ class StoredRows:
             int(t): int(h) + HOUR_MS
             for t, h in self._db.execute("SELECT type_id, MAX(hour_ms) FROM hours GROUP BY type_id")
         }
+        self._pack_hours = pack_hours
         self._to_check: deque[str] = deque(self._ids)
 
     def close(self) -> None:
@@ -268,7 +270,7 @@ class StoredRows:
     def flush(self) -> None:
         """Commit what was written since the last flush (with a few hours packed)."""
         self._write_puts()
-        if self._to_check:
+        if self._pack_hours and self._to_check:
             self._pack_some()
         if self._latest_dirty:
             self._write().executemany(

@@ -441,8 +441,7 @@ def _refit_as_rows(state: Path, doc_types: list[str], into: Path) -> int:
     """The size of the refit history's windows written a row each, none packed."""
     from anchorwatch.alerting.refit_rows import FILENAME, StoredRows
 
-    packed, rows = StoredRows(state), StoredRows(into)
-    rows._to_check.clear()  # nothing packed: one row per window, as before
+    packed, rows = StoredRows(state), StoredRows(into, pack_hours=False)
     for doc_type in doc_types:
         for row in packed.rows(doc_type, 0):
             rows.put(doc_type, row)
