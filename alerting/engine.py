@@ -188,6 +188,8 @@ class Engine(Releasing):
                 # Its members were abandoned with them: so is it.
                 self._carry.append(replace(group, state="resolved", updated_ms=self._now_ms()))
                 del self._groups[group.incident_id]
+        if self._shared:
+            self._load_groups()  # every instance's (``engine_shared.py``)
         self._publish_open()
 
     # ----------------------------------------------------------------- inputs
@@ -208,6 +210,8 @@ class Engine(Releasing):
         started = time.perf_counter()
         now_ms = self._now_ms()
         batch = Batch(BatchWrite(now_ms=now_ms), consumed_ms, self.muting(now_ms))
+        if self._shared:
+            self._sync_groups(batch)
         verdicts = self._decode(messages, batch.write)
         seen = self._store.seen_verdicts(v.verdict_id for _, v in verdicts)
         for partition, verdict in verdicts:
@@ -239,12 +243,14 @@ class Engine(Releasing):
         if self.refit is not None:
             # Before the batch's offsets: a window the store has moved past is on disk too.
             self.refit.flush()
+        self._fence_groups(w)
         self._crash("batch_before_commit", "")
         self._store.commit_batch(
             w,
             keep_verdict_ids=self._settings.alerting.recent_verdict_ids,
             before_commit=lambda: self._crash("batch_in_commit", ""),
         )
+        self._groups_committed(w)
         self._carry = []
         self.offsets.update(w.offsets)
         self._publish_open()
@@ -449,7 +455,7 @@ class Engine(Releasing):
         self._keep(new_row)
         if join is not None:
             self._join(batch, join, [new_row])
-        elif gid is not None:
+        elif gid is not None and not self._shared:  # shared: the coordinator follows it
             self._member_changed(batch, new_row, change.kind)
         if resolved and code is not None:
             self._release_inhibited(batch, inc.incident_id)
@@ -480,7 +486,8 @@ class Engine(Releasing):
             return INHIBITED_BY + blocker, None
         if code is None:
             return None, None
-        group = self._group_of_code(code)
+        # Shared by instances, the group is the coordinator's to join (``engine_shared.py``).
+        group = None if self._shared else self._group_of_code(code)
         return (None, group) if group is not None else (GROUP_WAIT, None)
 
     def _progress(self, verdict: Verdict, changed: set[str], batch: Batch) -> None:

@@ -90,6 +90,12 @@ class EngineBase:
     _groups: dict[str, IncidentRow]  # open group incidents (``grouping.py``) by id
     _partitions: frozenset[int] | None  # owned, with the work split; None: all
 
+    def _fence_groups(self, write: BatchWrite) -> None:
+        """Grouping shared by instances: the write's epoch check (``engine_shared.py``)."""
+
+    def _groups_committed(self, write: BatchWrite) -> None:
+        """Grouping shared by instances: the epoch it moved to (``engine_shared.py``)."""
+
     def _partition_of(self, doc_type: str) -> int:
         """The verdict partition of a type's decisions (0: a row of no doc type)."""
         known = self._types.get(doc_type)
@@ -149,10 +155,12 @@ class EngineBase:
         """A between-batches transaction: its rows, its outbox entries, then memory."""
         batch.write.incidents = list(batch.rows.values())
         batch.write.partitions = {self._partition_of(r.doc_type) for r in batch.write.incidents}
+        self._fence_groups(batch.write)
         self._crash(point, "")
         self._store.commit_batch(
             batch.write, keep_verdict_ids=self._settings.alerting.recent_verdict_ids
         )
+        self._groups_committed(batch.write)
         for row in batch.rows.values():
             self._keep(row)
         self._publish_open()
@@ -272,6 +280,8 @@ class EngineBase:
         self._post_group(batch, group, "updated", f"joined: {names}{more}")
 
     def _make_member(self, batch: Batch, row: IncidentRow, gid: str) -> None:
+        if self._partitions is not None and row.doc_type not in self._types:
+            return  # another instance's (the work split): it makes it a member itself
         member = replace(
             row,
             group_id=gid,
@@ -283,10 +293,13 @@ class EngineBase:
         batch.rows[row.incident_id] = member
         self._keep(member)
 
-    def _member_changed(self, batch: Batch, row: IncidentRow, kind: str) -> None:
-        """A member's change, told through its group: recovered (the group resolves with
-        its last member), re-opened, or escalated (when that raises the group's severity)."""
-        group = self._groups.get(row.group_id or "")
+    def _member_changed(
+        self, batch: Batch, row: IncidentRow, kind: str, gid: str | None = None
+    ) -> None:
+        """A member's change, told through its group (``gid``, else the row's): recovered
+        (the group resolves with its last member), re-opened, or escalated (when that raises
+        the group's severity)."""
+        group = self._groups.get(gid or row.group_id or "")
         if group is None:
             return
         state = "resolved" if kind == "resolved" else "open"

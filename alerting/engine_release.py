@@ -10,8 +10,15 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from anchorwatch.alerting.engine_base import Batch, EngineBase
-from anchorwatch.alerting.grouping import GROUP_RULE, GROUP_WAIT, clusters, group_view, inhibitor
+from anchorwatch.alerting.engine_base import Batch
+from anchorwatch.alerting.engine_shared import SharedGroups
+from anchorwatch.alerting.grouping import (
+    GROUP_RULE,
+    GROUP_WAIT,
+    clusters,
+    group_view,
+    inhibitor,
+)
 from anchorwatch.alerting.payload import notification_payload
 from anchorwatch.alerting.silences import Muting
 from anchorwatch.alerting.slack_actions import AckQueue
@@ -21,7 +28,7 @@ from anchorwatch.alerting.views import row_view
 log = logging.getLogger(__name__)
 
 
-class Releasing(EngineBase):
+class Releasing(SharedGroups):
     _acks: AckQueue
 
     def release_held(self, consumed_ms: int) -> int:
@@ -33,6 +40,8 @@ class Releasing(EngineBase):
         now_ms = self._now_ms()
         self._silences.expire_resolved(now_ms)  # "until resolved": their incidents resolved
         held = [row for row in self.open_incidents() if row.held_by is not None]
+        if self._shared and (held or self._coordinator):
+            return self._release_shared(consumed_ms, now_ms)
         if not held:  # the usual case: no need to read the silences every few seconds
             return 0
         muting = self.muting(now_ms)
@@ -45,10 +54,32 @@ class Releasing(EngineBase):
             self._commit(batch, "release_before_commit")
         return len(due) + self._decide_groups(consumed_ms, now_ms, muting, held)
 
-    def _owns(self, incident_id: str) -> bool:
-        """Whether this instance decides for the incident's type (the work split)."""
-        row = self._store.incident(incident_id)
-        return row is not None and row.doc_type in self._types
+    def _release_shared(self, consumed_ms: int, now_ms: int) -> int:
+        """``release_held`` of an instance sharing the grouping (``engine_shared.py``): the
+        groups synced first, then everything decided in one transaction."""
+        batch = Batch(BatchWrite(now_ms=now_ms), consumed_ms, self.muting(now_ms))
+        self._sync_groups(batch)
+        held = [r for r in self.open_incidents() if r.held_by is not None]
+        silenced = [r for r in held if r.held_by != GROUP_WAIT and inhibitor(r.held_by) is None]
+        muting = batch.muting
+        due = [r for r in silenced if muting.reason(r.doc_type, r.severity, r.incident_id) is None]
+        due += [r for r in held if (i := inhibitor(r.held_by)) and i not in self._open]
+        for row in due:
+            self._release(batch, row)
+        decided = len(due) + self._decide_shared(batch)
+        if batch.rows:
+            self._commit(batch, "group_before_commit")
+        return decided
+
+    def _owns(self, incident_id: str, row: IncidentRow | None) -> bool:
+        """Whether this instance decides for the incident (the work split): a group, the
+        owner of partition 0; else the owner of its type."""
+        if row is not None and row.rule != GROUP_RULE:
+            return True  # held in memory: this instance's
+        found = row or self._store.incident(incident_id)
+        if found is not None and found.rule == GROUP_RULE:
+            return self._coordinator
+        return found is not None and found.doc_type in self._types
 
     def _decide_groups(
         self, consumed_ms: int, now_ms: int, muting: Muting, held: list[IncidentRow]
@@ -107,7 +138,7 @@ class Releasing(EngineBase):
                 or self._open.get(ack.incident_id)
                 or self._groups.get(ack.incident_id)
             )
-            if row is None and self._partitions is not None and not self._owns(ack.incident_id):
+            if self._partitions is not None and not self._owns(ack.incident_id, row):
                 continue  # another instance's incident (the work split): its owner applies it
             if row is not None and row.state != "open":
                 row = None  # a group resolved within this transaction

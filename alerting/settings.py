@@ -570,14 +570,3 @@ class AlertingSettings(ServiceSettings):
     webhook: WebhookSection = Field(default_factory=WebhookSection)
     watchdog: WatchdogSection = Field(default_factory=WatchdogSection)
     grouping: GroupingSection = Field(default_factory=GroupingSection)
-
-    @model_validator(mode="after")
-    def _work_split(self) -> AlertingSettings:
-        # Each of these decides across doc types that several instances own when split.
-        on = [name for name, enabled in (("grouping.enabled", self.grouping.enabled),) if enabled]
-        if self.alerting.work_split and on:
-            raise ValueError(
-                f"alerting.work_split: not yet with {', '.join(on)} (set false): they decide "
-                "across doc types that several instances own"
-            )
-        return self

@@ -124,7 +124,9 @@ class SplitWork:
         """A write refused: a partition was taken over while this instance could not renew
         its lease. Nothing of it was committed; the partitions lost are given up and the
         engine rebuilt from the state."""
-        log.warning("alerting write fenced: partition taken over", extra={"reason": str(exc)})
+        # A partition taken over while this instance could not renew its lease, or
+        # (``GroupsChanged``) the groups changed by another instance since it read them.
+        log.warning("alerting write fenced", extra={"reason": str(exc)})
         self.ownership.renew()
         self.rebuild()
         # The refused batch's verdicts of the partitions still owned are read again: the

@@ -48,7 +48,7 @@ class StateFields(Section):
         description="With state_url: the instances share the work instead of one leading: "
         "each owns some verdict partitions (a Kafka consumer group, a lease per partition) "
         "and decides and posts for their doc types; a partition moves when its owner stops "
-        "or dies (docs/alerting.md). Not yet with grouping on.",
+        "or dies (docs/alerting.md). The owner of partition 0 decides the groups.",
     )
     sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(
         "FULL",

@@ -25,7 +25,7 @@ of the verdict partitions it writes for, and senders take only their own partiti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
@@ -282,10 +282,12 @@ class Store:
         return found
 
     def incident(self, incident_id: str) -> IncidentRow | None:
-        row = self._db.execute(
-            _SELECT_INCIDENTS + " WHERE incident_id = ?", (incident_id,)
-        ).fetchone()
-        return _incident(row) if row else None
+        return next(iter(self.incidents_where("incident_id = ?", (incident_id,))), None)
+
+    def incidents_where(self, where: str, params: Sequence[Any] = ()) -> list[IncidentRow]:
+        """The rows matching ``where``: a condition of our own, values as parameters."""
+        rows = self._db.execute(f"{_SELECT_INCIDENTS} WHERE {where}", params)
+        return [_incident(r) for r in rows]
 
     # ----------------------------------------------------------------- the batch
 
@@ -293,6 +295,8 @@ class Store:
         self, batch: BatchWrite, *, keep_verdict_ids: int, before_commit: Hook = _nothing
     ) -> None:
         with self._tx(before_commit, partitions=batch.partitions) as db:
+            for check in batch.checks:  # e.g. the group epoch (``group_epoch.py``)
+                check(db)
             db.executemany(
                 "INSERT INTO offsets (topic, partition, next_offset) VALUES (?, ?, ?) "
                 "ON CONFLICT (topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
@@ -332,8 +336,7 @@ class Store:
                     "INSERT INTO recent_verdicts (verdict_id) VALUES (?) ON CONFLICT DO NOTHING",
                     [(v,) for v in batch.verdict_ids],
                 )
-            # rowids grow with each insert: keep the newest ``keep_verdict_ids``; with 0 the
-            # memory is off, and ids an earlier, larger setting kept are forgotten too.
+            # Keep the newest ``keep_verdict_ids`` (rowids grow); 0 forgets them all.
             db.execute(
                 "DELETE FROM recent_verdicts WHERE rowid <= "
                 "(SELECT MAX(rowid) FROM recent_verdicts) - ?",
@@ -550,12 +553,10 @@ class Store:
 
     def outbox_rows(self, incident_id: str | None = None) -> list[dict[str, Any]]:
         """Every outbox row (for tests and inspection), in insertion order."""
-        if incident_id is None:
-            cursor = self._db.execute("SELECT * FROM outbox ORDER BY id")
-        else:
-            cursor = self._db.execute(
-                "SELECT * FROM outbox WHERE incident_id = ? ORDER BY id", (incident_id,)
-            )
+        sql, params = "SELECT * FROM outbox ORDER BY id", tuple[str, ...]()
+        if incident_id is not None:
+            sql, params = "SELECT * FROM outbox WHERE incident_id = ? ORDER BY id", (incident_id,)
+        cursor = self._db.execute(sql, params)
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
 

@@ -6,7 +6,7 @@ data, no SQL: held apart so the store's logic reads on its own.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
@@ -91,6 +91,8 @@ class BatchWrite:
     #: The verdict partitions whose types it writes for: with the work split among
     #: instances (``ownership.py``), it commits only while this instance owns them all.
     partitions: set[int] = field(default_factory=set)
+    #: Checks inside the transaction before anything is written (each raises to refuse it).
+    checks: list[Callable[[Database], None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

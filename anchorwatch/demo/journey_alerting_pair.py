@@ -39,8 +39,8 @@ StartInstance = Callable[[str, int, bool], str]
 #: The instance that joins two sharing the work (``add_instance``).
 JOINER = "alerting-3"
 
-#: The work split's settings: grouping off (refused with it, docs/alerting.md); the
-#: watchdog and the refits off as they were measured (the settings accept them since).
+#: The work split's settings: grouping, the watchdog and the refits off as the fault
+#: campaign's split trials were measured (the settings accept them since).
 SPLIT_OFF: dict[str, dict[str, Any]] = {
     "alerting": {"work_split": True, "refit": False},
     "grouping": {"enabled": False},

@@ -78,3 +78,19 @@ def parents_by_label(messages: list[dict[str, Any]]) -> Counter[str]:
         for m in messages
         if not m.get("thread_ts") and isinstance(m.get("params", {}).get("metadata"), dict)
     )
+
+
+def dq_verdict(doc_type: str, minute: int, mean: float, disabled: float) -> Verdict:
+    """A verdict whose window had ``disabled`` of its snapshots disabled (above 0.2: the
+    diagnosis snapshot_disabled, a data-quality incident's code)."""
+    start = T0 + minute * MINUTE
+    window = WindowAggregate(
+        doc_type=doc_type,
+        window_start_ms=start,
+        window_end_ms=start + MINUTE,
+        request_count=50,
+        mean_drift=mean,
+        p95_drift=min(1.0, mean + 0.04),
+        disabled_share=disabled,
+    )
+    return verdict_for(window, judge_window(window, None), "j1")

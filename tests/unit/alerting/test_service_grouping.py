@@ -19,14 +19,12 @@ from anchorwatch.alerting.notify import ManualClock
 from anchorwatch.alerting.render import incident_label
 from anchorwatch.alerting.store import IncidentRow
 from anchorwatch.cli.alerting import alerting
-from anchorwatch.contracts import Verdict, WindowAggregate
+from anchorwatch.contracts import Verdict
 from anchorwatch.policy.config import PolicyConfig
-from anchorwatch.policy.window import judge_window, verdict_for
 from tests.support.alerting import (
     LIFECYCLE,
-    MINUTE,
-    T0,
     LocalSlackWithHistory,
+    dq_verdict,
     parents_by_label,
     slack_threads,
 )
@@ -40,22 +38,6 @@ TWO_RULES = {
         {"name": "slow", "open_after_critical": 1, "open_after": 3, "resolve_after": 6},
     ]
 }
-
-
-def dq_verdict(doc_type: str, minute: int, mean: float, disabled: float) -> Verdict:
-    """A verdict whose window had ``disabled`` of its snapshots disabled (above 0.2: the
-    diagnosis snapshot_disabled)."""
-    start = T0 + minute * MINUTE
-    window = WindowAggregate(
-        doc_type=doc_type,
-        window_start_ms=start,
-        window_end_ms=start + MINUTE,
-        request_count=50,
-        mean_drift=mean,
-        p95_drift=min(1.0, mean + 0.04),
-        disabled_share=disabled,
-    )
-    return verdict_for(window, judge_window(window, None), "j1")
 
 
 def dq_lifecycle(doc_type: str, first_minute: int = 0) -> list[Verdict]:

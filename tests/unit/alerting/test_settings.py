@@ -149,16 +149,12 @@ def test_a_webhook_url_that_is_no_url_is_refused_without_showing_it() -> None:
     assert "s3cr3t" not in str(caught.value)
 
 
-def test_work_split_needs_postgresql_and_names_what_it_cannot_split_yet() -> None:
+def test_work_split_needs_postgresql_and_keeps_every_feature_on() -> None:
     with pytest.raises(SettingsError, match="work_split: needs the state in PostgreSQL"):
         AlertingSettings.load(None, alerting={"work_split": True})
     url = "postgresql://anchorwatch@db:5432/anchorwatch"
-    with pytest.raises(SettingsError) as caught:
-        AlertingSettings.load(None, alerting={"work_split": True, "state_url": url})
-    assert "alerting.work_split: not yet with grouping.enabled" in str(caught.value)
-    split = AlertingSettings.load(
-        None, alerting={"work_split": True, "state_url": url}, grouping={"enabled": False}
-    )
+    split = AlertingSettings.load(None, alerting={"work_split": True, "state_url": url})
     assert split.alerting.work_split
+    assert split.grouping.enabled
     assert split.watchdog.enabled
     assert split.alerting.refit
