@@ -189,7 +189,7 @@ class Engine(Releasing):
                 self._carry.append(replace(group, state="resolved", updated_ms=self._now_ms()))
                 del self._groups[group.incident_id]
         if self._shared:
-            self._load_groups()  # every instance's (``engine_shared.py``)
+            self._start_shared()  # every instance's groups (``engine_shared.py``)
         self._publish_open()
 
     # ----------------------------------------------------------------- inputs

@@ -14,8 +14,11 @@ the data-quality incidents of types several instances own, gathered into one gro
 - An owner finds its waiting incidents that a group lists and makes them members, silently:
   the group's post named them.
 
-Decisions read rows other instances write, so every write of a data-quality or group row is
-checked against the group epoch it read them at (``group_epoch.py``).
+Decisions read rows other instances write, so a write that changes a group, or what a
+decision reads of a data-quality incident (its state, severity, hold or group), is checked
+against the group epoch its decisions read (``group_epoch.py``). A write of a data-quality
+incident's progress alone (its peak, its record) is not: nothing decides on it, and an
+incident in breach writes it with every batch.
 """
 
 from __future__ import annotations
@@ -28,9 +31,18 @@ from anchorwatch.alerting.group_epoch import GROUP_EPOCH, check_epoch, read_epoc
 from anchorwatch.alerting.grouping import GROUP_RULE, GROUP_WAIT, clusters, member_entry
 from anchorwatch.alerting.store import BatchWrite, IncidentRow
 
+#: What decisions about groups read of a data-quality incident's row.
+Decided = tuple[str, str, str | None, str | None]
+
+
+def decided(row: IncidentRow) -> Decided:
+    return (row.state, row.severity, row.held_by, row.group_id)
+
 
 class SharedGroups(EngineBase):
     _group_epoch: int = 0
+    #: This instance's open data-quality incidents as last written or restored (``decided``).
+    _written: dict[str, Decided]
 
     @property
     def _shared(self) -> bool:
@@ -46,6 +58,11 @@ class SharedGroups(EngineBase):
         return row.doc_type in self._types
 
     # ----------------------------------------------------------------- the state's groups
+
+    def _start_shared(self) -> None:
+        """At the engine's start: the groups, and its restored incidents as written."""
+        self._written = {r.incident_id: decided(r) for r in self._open.values() if r.quality_code}
+        self._load_groups()
 
     def _load_groups(self) -> None:
         """The open groups as the state has them, and the epoch they were read at (read
@@ -73,16 +90,27 @@ class SharedGroups(EngineBase):
                 self._make_member(batch, row, gid)
 
     def _fence_groups(self, write: BatchWrite) -> None:
-        """A write of data-quality or group rows: refused unless the epoch is still the one
-        its decisions read; it moves the epoch on."""
+        """A write of a group, or of a data-quality incident's ``decided`` fields: refused
+        unless the epoch is still the one its decisions read; it moves the epoch on."""
         if not self._shared or not any(
-            r.quality_code is not None or r.rule == GROUP_RULE for r in write.incidents
+            r.rule == GROUP_RULE
+            or (r.quality_code is not None and self._written.get(r.incident_id) != decided(r))
+            for r in write.incidents
         ):
             return
         write.checks.append(functools.partial(check_epoch, expected=self._group_epoch))
         write.meta[GROUP_EPOCH] = str(self._group_epoch + 1)
 
     def _groups_committed(self, write: BatchWrite) -> None:
+        if not self._shared:
+            return
+        for row in write.incidents:
+            if row.quality_code is None or row.rule == GROUP_RULE:
+                continue
+            if row.state == "open":
+                self._written[row.incident_id] = decided(row)
+            else:
+                self._written.pop(row.incident_id, None)
         if GROUP_EPOCH in write.meta:
             self._group_epoch = int(write.meta[GROUP_EPOCH])
 

@@ -22,6 +22,7 @@ from prometheus_client import Counter as MetricCounter
 
 from anchorwatch.alerting.consumers import read_recent_windows
 from anchorwatch.alerting.engine import Engine
+from anchorwatch.alerting.grouping import FOLLOWED_ELSEWHERE
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.store import Store
 from anchorwatch.baseline_publish import BaselinePublishError, publish_baselines
@@ -273,14 +274,16 @@ def rebuild_refit_history(
 
 
 def follow_incidents(history: RefitHistory, store: Store) -> None:
-    """Every incident the state holds, as it is now, applied to ``history``."""
-    for listing in store.list_incidents(open_only=False, limit=100_000):
-        record = listing.row.record
+    """Every incident of a doc type the state holds, as it is now, applied to ``history``
+    (not a group nor the watchdog's notice: they cover no type's windows, and their records
+    have no breach)."""
+    marks = ",".join("?" * len(FOLLOWED_ELSEWHERE))
+    for row in store.incidents_where(f"rule NOT IN ({marks})", sorted(FOLLOWED_ELSEWHERE)):
         history.incident(
-            listing.row.doc_type,
-            listing.row.incident_id,
-            first_breach_ms=int(record["first_breach_ms"]),
-            resolved_at_ms=listing.row.resolved_at_ms,
-            resolution=record.get("resolution"),
+            row.doc_type,
+            row.incident_id,
+            first_breach_ms=int(row.record["first_breach_ms"]),
+            resolved_at_ms=row.resolved_at_ms,
+            resolution=row.record.get("resolution"),
         )
     history.flush()

@@ -17,6 +17,7 @@ from anchorwatch.alerting.engine import Engine, RawMessage
 from anchorwatch.alerting.group_epoch import GROUP_EPOCH, GroupsChanged
 from anchorwatch.alerting.grouping import GROUP_RULE, GROUP_WAIT
 from anchorwatch.alerting.notify import ManualClock
+from anchorwatch.alerting.refit import follow_incidents
 from anchorwatch.alerting.service_metrics import ServiceMetrics
 from anchorwatch.alerting.settings import AlertingSettings
 from anchorwatch.alerting.store import IncidentRow, Store
@@ -137,8 +138,12 @@ def test_types_both_instances_own_become_one_group_posted_once(
     assert all(by_type[t].group_id == group.incident_id for t in types)
     assert all(by_type[t].held_by is None for t in types)
 
+    # A member's progress alone (its peak) decides nothing: no check, the epoch stays.
+    epoch = store.meta_get(GROUP_EPOCH)
+    other.feed(minutes(types, 4, 5))
+    assert store.meta_get(GROUP_EPOCH) == epoch
     coordinator.feed(minutes(types, 4, len(LIFECYCLE)))
-    other.feed(minutes(types, 4, len(LIFECYCLE)))
+    other.feed(minutes(types, 5, len(LIFECYCLE)))
     for _ in range(2):
         coordinator.engine.release_held(clock.ms())
     for integration in ("slack", "jira"):
@@ -233,3 +238,34 @@ def test_the_next_owner_of_partition_0_finishes_the_group(settings: AlertingSett
     slack = [k for i, k in posts(store, "slack") if i == group.incident_id]
     assert (slack[0], slack[-1], slack.count("resolved")) == ("opened", "resolved", 1)
     assert {i for i, _ in posts(store, "slack")} == {group.incident_id}
+
+
+class _History:
+    """What ``follow_incidents`` applies, recorded."""
+
+    def __init__(self) -> None:
+        self.incidents: list[str] = []
+
+    def incident(self, doc_type: str, incident_id: str, **_: object) -> None:
+        self.incidents.append(incident_id)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_the_refit_history_follows_the_members_not_the_group(settings: AlertingSettings) -> None:
+    """An engine built anew (each rebuild of the work split, each start with refits on)
+    applies the state's incidents to the refit history: a group's record has no breach of
+    a type, so it is left out (it once stopped the service with a KeyError)."""
+    coordinator, other, clock = two(settings)
+    types = types_on(0, 2) + types_on(1, 2)
+    coordinator.feed(minutes(types, 0, 4))
+    other.feed(minutes(types, 0, 4))
+    clock.now += 11
+    coordinator.engine.release_held(clock.ms())
+    store = coordinator.engine.store
+    followed = _History()
+    follow_incidents(cast(Any, followed), store)
+    members = sorted(r.incident_id for r in rows(store) if r.rule != GROUP_RULE)
+    assert sorted(followed.incidents) == members
+    assert len(members) == len(types)
