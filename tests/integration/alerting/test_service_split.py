@@ -13,23 +13,18 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 
 from anchorwatch.alerting.crash import CrashPoints
 from anchorwatch.alerting.database import Database, StateLocation
 from anchorwatch.alerting.fakes.jira import LocalJira
-from anchorwatch.alerting.leadership import read_leases
 from anchorwatch.alerting.render import incident_label
 from anchorwatch.alerting.service import AlertingService, list_incidents
 from anchorwatch.alerting.store import FILENAME, PG_SCHEMA, Store
-from anchorwatch.contracts import Verdict, encode
+from anchorwatch.contracts import Verdict
 from anchorwatch.jobs.settings import JobSettings
-from anchorwatch.kafkaio import client_config
 from anchorwatch.stack.postgres import PostgresDatabase
 from anchorwatch.stack.processes import free_port
 from tests.support.alerting import (
@@ -50,6 +45,7 @@ from tests.support.alerting_kafka import (
     ready,
     service_env,
 )
+from tests.support.alerting_split import held_by, holders, produce_on, verdict_partitions
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -75,25 +71,6 @@ def split_instances(
     )
 
 
-def verdict_partitions(job: JobSettings) -> list[int]:
-    admin = AdminClient(client_config(job.kafka))
-    topic = admin.list_topics(job.topics.verdicts, timeout=10).topics[job.topics.verdicts]
-    return sorted(topic.partitions)
-
-
-def produce_on(job: JobSettings, placed: Iterable[tuple[int, Verdict]]) -> int:
-    """Each verdict on the partition given (a doc type always on the same one, as the drift
-    job's keying has it), keyed by its doc type. Returns how many."""
-    producer = Producer(client_config(job.kafka, **{"enable.idempotence": True, "acks": "all"}))
-    n = 0
-    for partition, v in placed:
-        key = v.window.doc_type.encode()
-        producer.produce(job.topics.verdicts, encode(v), key, partition=partition)
-        n += 1
-    assert producer.flush(30) == 0
-    return n
-
-
 def lifecycles(
     prefix: str, partitions: list[int], first_minute: int = 0
 ) -> list[tuple[int, Verdict]]:
@@ -105,25 +82,6 @@ def lifecycles(
         for v in lifecycle(f"{prefix}-{p}-{k}", first_minute=first_minute + k)
     ]
     return sorted(placed, key=lambda pv: pv[1].window.window_start_ms)
-
-
-def holders(location: StateLocation) -> dict[str, str]:
-    """Partition lease -> holder, for the leases held now."""
-    return {
-        lease.name: lease.holder
-        for lease in read_leases(location)
-        if lease.name.startswith("verdicts-") and lease.expires_in_ms > 0
-    }
-
-
-def owned_by_one(location: StateLocation, partitions: list[int]) -> bool:
-    held = holders(location)
-    return len(held) == len(partitions) and len(set(held.values())) == 1
-
-
-def shared_by_two(location: StateLocation, partitions: list[int]) -> bool:
-    held = holders(location)
-    return len(held) == len(partitions) and len(set(held.values())) == 2
 
 
 def test_the_other_instance_finishes_the_incidents_of_a_killed_one_whose_disk_is_gone(
@@ -140,7 +98,7 @@ def test_the_other_instance_finishes_the_incidents_of_a_killed_one_whose_disk_is
     b = ServiceProcess(service_env(configs[1]), tmp_path / "b.log")
     try:
         wait_until(lambda: ready(configs[0]) and ready(configs[1]), 60, "both to be ready")
-        wait_until(lambda: shared_by_two(location, partitions), 60, "a and b share the work")
+        wait_until(lambda: held_by(location, partitions, 2), 60, "a and b share the work")
         first = lifecycles("split", partitions)
         produced = produce_on(job_settings, first)
         # a dies right after Slack accepted its third post (a send in flight).
@@ -196,7 +154,7 @@ def test_an_instance_paused_past_its_leases_posts_nothing_for_the_partitions_it_
     b = ServiceProcess(service_env(configs[1]), tmp_path / "b.log")
     try:
         wait_until(lambda: ready(configs[0]) and ready(configs[1]), 60, "both to be ready")
-        wait_until(lambda: shared_by_two(location, partitions), 60, "a and b share the work")
+        wait_until(lambda: held_by(location, partitions, 2), 60, "a and b share the work")
         first = lifecycles("paused", partitions)
         half = len(first) // 2
         produced = produce_on(job_settings, first[:half])
@@ -224,7 +182,7 @@ def test_an_instance_paused_past_its_leases_posts_nothing_for_the_partitions_it_
         assert a.process.poll() is None, "a stopped instead of going on with its share"
         # The pair goes on: a rejoins, the partitions are shared again, new incidents are
         # posted once each whoever owns them.
-        wait_until(lambda: shared_by_two(location, partitions), 90, "a to share again")
+        wait_until(lambda: held_by(location, partitions, 2), 90, "a to share again")
         later = lifecycles("resumed", partitions, first_minute=20)
         produced += produce_on(job_settings, later)
         wait_until(lambda: delivered_everything(location, produced), 120, "both to finish")
@@ -351,7 +309,7 @@ def test_a_third_instance_joins_and_takes_its_share_with_nothing_lost_or_doubled
     c: ServiceProcess | None = None
     try:
         wait_until(lambda: ready(configs[0]) and ready(configs[1]), 60, "both to be ready")
-        wait_until(lambda: shared_by_two(location, partitions), 60, "a and b share the work")
+        wait_until(lambda: held_by(location, partitions, 2), 60, "a and b share the work")
         first = lifecycles("scale", partitions)
         half = len(first) // 2
         produced = produce_on(job_settings, first[:half])

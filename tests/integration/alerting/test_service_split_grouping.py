@@ -13,25 +13,20 @@ from __future__ import annotations
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 
 from anchorwatch.alerting.database import StateLocation
 from anchorwatch.alerting.fakes.jira import LocalJira
 from anchorwatch.alerting.fakes.server import Fault
-from anchorwatch.alerting.leadership import read_leases
 from anchorwatch.alerting.render import incident_label
 from anchorwatch.alerting.service import list_incidents
 from anchorwatch.alerting.store_records import IncidentListing
-from anchorwatch.contracts import Verdict, encode
+from anchorwatch.contracts import Verdict
 from anchorwatch.jobs.settings import JobSettings
-from anchorwatch.kafkaio import client_config
 from anchorwatch.stack.postgres import PostgresDatabase
 from tests.support.alerting import LIFECYCLE, LocalSlackWithHistory, dq_verdict, parents_by_label
 from tests.support.alerting_instances import Config, two_instances
@@ -42,6 +37,7 @@ from tests.support.alerting_kafka import (
     ready,
     service_env,
 )
+from tests.support.alerting_split import held_by, holders, produce_on, verdict_partitions
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -88,25 +84,6 @@ def minutes(series: dict[str, tuple[int, list[Verdict]]], first: int, last: int)
     return sorted(placed, key=lambda pv: (pv[1].window.window_start_ms, pv[0]))
 
 
-def verdict_partitions(job: JobSettings) -> list[int]:
-    admin = AdminClient(client_config(job.kafka))
-    topic = admin.list_topics(job.topics.verdicts, timeout=10).topics[job.topics.verdicts]
-    return sorted(topic.partitions)
-
-
-def produce_on(job: JobSettings, placed: Iterable[tuple[int, Verdict]]) -> int:
-    """Each verdict on the partition given (a doc type always on the same one, as the drift
-    job's keying has it), keyed by its doc type. Returns how many."""
-    producer = Producer(client_config(job.kafka, **{"enable.idempotence": True, "acks": "all"}))
-    n = 0
-    for partition, v in placed:
-        key = v.window.doc_type.encode()
-        producer.produce(job.topics.verdicts, encode(v), key, partition=partition)
-        n += 1
-    assert producer.flush(30) == 0
-    return n
-
-
 # --------------------------------------------------------------------------- instances
 
 
@@ -150,21 +127,6 @@ def alive(processes: dict[str, ServiceProcess], tmp_path: Path) -> bool:
             lines = (tmp_path / f"{name}.log").read_text(errors="replace").strip().splitlines()
             raise AssertionError(f"instance {name} exited ({code}): {lines[-1] if lines else ''}")
     return True
-
-
-def holders(location: StateLocation) -> dict[str, str]:
-    """Partition lease -> holder, for the leases held now."""
-    return {
-        lease.name: lease.holder
-        for lease in read_leases(location)
-        if lease.name.startswith("verdicts-") and lease.expires_in_ms > 0
-    }
-
-
-def held_by(location: StateLocation, partitions: list[int], instances: int) -> bool:
-    """Every partition held, by ``instances`` distinct holders."""
-    held = holders(location)
-    return len(held) == len(partitions) and len(set(held.values())) == instances
 
 
 def holder_pid(location: StateLocation, partition: int) -> int:
