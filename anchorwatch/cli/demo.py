@@ -51,6 +51,13 @@ from anchorwatch.cli.common import load_settings
     "the live traffic (needs PostgreSQL's server binaries); 1: one on its SQLite file.",
 )
 @click.option(
+    "--alerting-work-split",
+    is_flag=True,
+    help="With two alerting instances: they share the verdict partitions "
+    "(alerting.work_split) instead of a leader and a standby, and the owner of partition 0 "
+    "(which decides the groups) is killed -9 instead of the leader.",
+)
+@click.option(
     "--state-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path(".anchorwatch/demo"),
@@ -80,6 +87,8 @@ def demo(ctx: click.Context, /, keep: bool, state_dir: Path, **opts: Any) -> Non
     from anchorwatch.jobs.settings import JobSettings
     from anchorwatch.stack.stack import Stack, StackSettings
 
+    if opts["alerting_work_split"] and opts["alerting_instances"] < 2:
+        raise click.UsageError("--alerting-work-split needs two alerting instances")
     options = journey.JourneyOptions(
         state_dir=state_dir,
         seed=opts["seed"],
@@ -88,6 +97,7 @@ def demo(ctx: click.Context, /, keep: bool, state_dir: Path, **opts: Any) -> Non
         live_minutes=opts["live_minutes"],
         speed=opts["speed"],
         alerting_instances=opts["alerting_instances"],
+        alerting_work_split=opts["alerting_work_split"],
     )
     s = Stack(load_settings(ctx, StackSettings))
     started_stack = s.kafka.pid() is None

@@ -103,8 +103,9 @@ class JourneyOptions:
     #: With two: kill the leader at KILL_AT (the fault campaign strikes on its own instead).
     kill_alerting_leader: bool = True
     #: With two: they share the verdict partitions (``alerting.work_split``) instead of a
-    #: leader and a standby; grouping, the watchdog and the refits off, and no operator
-    #: features (they need the first two). The fault campaign's ``alerting-scale``.
+    #: leader and a standby, and the kill strikes the owner of partition 0. Without the
+    #: operator features (the fault campaign's split kinds), grouping, the watchdog and the
+    #: refits are off, as those trials were measured.
     alerting_work_split: bool = False
 
 
@@ -270,9 +271,8 @@ class Journey:
             # alerting port, which takes clicks and silences whoever leads (sharing the
             # work: two alike, each owning some verdict partitions).
             split = self.options.alerting_work_split
-            if split and self.operator is not None:
-                raise JourneyError("the alerting work split runs without the operator features")
-            self.pair = AlertingPair(self.services, self.run_dir, self.echo, work_split=split)
+            self.pair = AlertingPair(self.services, self.run_dir, self.echo, work_split=split,
+                                     every_feature=self.operator is not None)  # fmt: skip
             self.state, shared = self.pair.start_database(self.state_dir)
             both = {**(extra or {})}
             for section, fields in shared.items():

@@ -8,12 +8,14 @@ The standby is the instance on the demo's alerting port (where the local Slack s
 clicks and the operator drill makes its silence): a standby serves those too, writing them
 to the shared state, so they are taken whichever instance leads.
 
-With ``work_split`` (the fault campaign's ``alerting-scale``) the instances share the work
-instead (docs/alerting.md, ``alerting.work_split``): each owns some verdict partitions, a
-lease per partition, and ``add_instance`` starts one more, which takes partitions from the
-others. Grouping is off then (the settings refuse it with the split), and so are the
-watchdog and the refits (refused too until commit 2ada24f; the campaign's split trials
-were measured without them), so it does not go with the demo's operator features."""
+With ``work_split`` the instances share the work instead (docs/alerting.md,
+``alerting.work_split``): each owns some verdict partitions, a lease per partition, and
+``add_instance`` starts one more, which takes partitions from the others (the fault
+campaign's ``alerting-scale``). The kill then strikes the owner of partition 0, which decides
+the groups of data-quality incidents and posts the watchdog's notice. The campaign's split
+trials run with grouping, the watchdog and the refits off (``SPLIT_OFF``, as they were
+measured); the demo (``anchorwatch demo --alerting-work-split``) keeps the run's settings,
+operator features and all."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from pydantic import SecretStr
 
 from anchorwatch.alerting.database import StateLocation
 from anchorwatch.alerting.leadership import read_leases
-from anchorwatch.demo.journey_processes import Services, answers, wait_for
+from anchorwatch.demo.journey_processes import JourneyError, Services, answers, wait_for
 from anchorwatch.stack.postgres import PostgresServer
 
 #: The lease: a takeover comes at most this long after the leader's death.
@@ -60,11 +62,15 @@ class AlertingPair:
         echo: Callable[[str], None],
         *,
         work_split: bool = False,
+        every_feature: bool = False,
     ) -> None:
+        """``every_feature``: sharing the work, grouping, the watchdog and the refits as the
+        run's settings have them (else off: ``SPLIT_OFF``)."""
         self.services = services
         self.run_dir = run_dir
         self.echo = echo
         self.work_split = work_split
+        self.every_feature = every_feature
         self.server: PostgresServer | None = None
         self.location: StateLocation | None = None
         self._start: StartInstance | None = None
@@ -88,9 +94,15 @@ class AlertingPair:
         self.location = location
         shared = {"state_url": self.server.url, "state_password_file": str(secret),
                   "lease_s": LEASE_S}  # fmt: skip
+        return location, self.sections(shared)
+
+    def sections(self, shared: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """The instances' settings by section, from the state's (``shared``)."""
         if not self.work_split:
-            return location, {"alerting": shared}
-        return location, {**SPLIT_OFF, "alerting": {**shared, **SPLIT_OFF["alerting"]}}
+            return {"alerting": shared}
+        if self.every_feature:
+            return {"alerting": {**shared, "work_split": True}}
+        return {**SPLIT_OFF, "alerting": {**shared, **SPLIT_OFF["alerting"]}}
 
     def start_instances(self, start: StartInstance, port: int, partitions: int) -> str:
         """The two instances: the leader first, on a port of its own, then the standby on
@@ -159,9 +171,17 @@ class AlertingPair:
         self._timer.daemon = True
         self._timer.start()
 
+    def owner_of_0(self, stale: Collection[int] = ()) -> str | None:
+        """Sharing the work: the instance of the run that holds partition 0's lease."""
+        held = self.owners(stale)
+        return next((n for n, ps in held.items() if 0 in ps and not n.startswith("?")), None)
+
     def _kill_leader(self) -> None:
         self.killing.set()
         try:
+            if self.work_split:
+                self._kill_owner_of_0()
+                return
             leader = self.leader()
             if leader is None:
                 self.failure = "no alerting instance led when the leader was to be killed"
@@ -182,6 +202,30 @@ class AlertingPair:
             self.failure = f"killing the alerting leader failed: {exc}"
         finally:
             self.killing.clear()
+
+    def _kill_owner_of_0(self) -> None:
+        """Sharing the work: the owner of partition 0 killed -9; timed until another
+        instance holds that partition, then restarted, as a supervisor would."""
+        victim = self.owner_of_0()
+        if victim is None:
+            self.failure = "no alerting instance held partition 0 when it was to be killed"
+            return
+        pid = self.services.pids[victim]
+        self.services.kill(victim)
+        killed = time.monotonic()
+        try:
+            wait_for(lambda: self.owner_of_0(stale=(pid,)) is not None, 60, "another alerting "
+                     "instance to hold partition 0")  # fmt: skip
+        except JourneyError as exc:
+            self.failure = f"after the kill of {victim}: {exc}"
+            return
+        self.takeover_s = time.monotonic() - killed
+        self.services.restart(victim)
+        self.echo(
+            f"        alerting: the owner of partition 0 ({victim}) killed -9; "
+            f"{self.owner_of_0(stale=(pid,))} held it {self.takeover_s:.1f}s later; "
+            f"{victim} restarted, sharing the work again"
+        )
 
     def stop(self) -> None:
         if self._timer is not None:
