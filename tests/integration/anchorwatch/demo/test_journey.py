@@ -155,8 +155,10 @@ def test_each_labelled_incident_reaches_slack_and_jira_exactly_once(
             assert later[0] == 0, later
             assert kinds[at:].count("Update") == later[1]["slack"], (kinds, later)
             updates = kinds[:at] + [k for k in kinds[at + 1 : -1] if k != "Acknowledged"]
-        else:
-            assert updates, kinds
+        elif not updates:
+            # None at all: only a data-quality incident, whose breach can pass while it
+            # waits for its group (posted on its own then, and resolved).
+            assert found.label.diagnosis, kinds
         assert updates == ["Update", "chart"] * (len(updates) // 2), kinds
         for m in thread:
             for file_id in m.get("files", []):
