@@ -13,6 +13,7 @@ import pytest
 
 from anchorwatch.alerting.database import StateLocation
 from anchorwatch.alerting.settings import AlertingSettings
+from anchorwatch.alerting.store import Store
 from anchorwatch.demo.journey import Journey, JourneyOptions
 from anchorwatch.demo.journey_plan import Plan, make_plan
 from anchorwatch.demo.journey_results import JourneyReport
@@ -59,3 +60,27 @@ def journey_run(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Itera
 def state_path(run: JourneyRun) -> Path | StateLocation:
     """Where the run's alerting state is (its PostgreSQL, with two alerting instances)."""
     return run.journey.state
+
+
+def delivered(
+    run: JourneyRun,
+    incident_ids: list[str],
+    integration: str,
+    action: str,
+    outcomes: tuple[str, ...] = ("sent",),
+) -> dict[str, int]:
+    """Per incident, its outbox entries for ``integration`` and ``action`` finished with one
+    of ``outcomes`` (what the service delivered), read in one go from the run's state."""
+    store = Store(state_path(run), create=False)
+    try:
+        return {
+            i: sum(
+                1
+                for r in store.outbox_rows(i)
+                if (r["integration"], r["action"]) == (integration, action)
+                and r["outcome"] in outcomes
+            )
+            for i in incident_ids
+        }
+    finally:
+        store.close()

@@ -24,11 +24,10 @@ from anchorwatch.alerting.notify import ManualClock
 from anchorwatch.alerting.service import list_incidents
 from anchorwatch.alerting.silence_book import SilenceBook
 from anchorwatch.alerting.slack_actions import SlackInteractions
-from anchorwatch.alerting.store import Store
 from anchorwatch.demo.journey_services import slack_permalink
 from tests.support.alerting import lifecycle
 from tests.support.alerting_harness import Harness, settings_for
-from tests.support.journey import JourneyRun, state_path
+from tests.support.journey import JourneyRun, delivered, state_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -88,24 +87,6 @@ def _posted(run: JourneyRun) -> tuple[list[Any], list[Any]]:
     return posted, sorted(resolved, key=lambda i: i.row.opened_at_ms)
 
 
-def _charts_sent(run: JourneyRun, incident_ids: list[str]) -> dict[str, int]:
-    """Per incident, the charts in its Slack thread by the service's outbox: sent, or found
-    there after a cut-off upload (a superseded update's chart is not sent)."""
-    store = Store(state_path(run), create=False)
-    try:
-        return {
-            i: sum(
-                1
-                for r in store.outbox_rows(i)
-                if (r["integration"], r["action"]) == ("slack", "chart")
-                and r["outcome"] in ("sent", "reconciled")  # reconciled: found shared
-            )
-            for i in incident_ids
-        }
-    finally:
-        store.close()
-
-
 def test_slack_channel_view_shows_each_incident_thread_with_its_chart(
     journey_run: JourneyRun, browser: Any, tmp_path: Path
 ) -> None:
@@ -114,7 +95,10 @@ def test_slack_channel_view_shows_each_incident_thread_with_its_chart(
     run = journey_run
     posted, resolved = _posted(run)
     assert len(resolved) >= len(run.plan.labels) - 1  # the silenced one is never posted
-    charts_sent = _charts_sent(run, [i.row.incident_id for i in resolved])
+    # The charts in each thread by the outbox: sent, or found there after a cut-off upload
+    # (a superseded update's chart is not sent).
+    ids = [i.row.incident_id for i in resolved]
+    charts_sent = delivered(run, ids, "slack", "chart", ("sent", "reconciled"))
     assert sum(charts_sent.values()) > 0
     for item in resolved:
         refs = item.refs

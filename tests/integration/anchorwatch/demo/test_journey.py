@@ -20,7 +20,7 @@ from anchorwatch.alerting.store import Store
 from anchorwatch.demo.journey_alerting_pair import LEASE_S
 from anchorwatch.demo.journey_checks import after_ack
 from anchorwatch.demo.journey_results import summary_lines
-from tests.support.journey import JourneyRun, state_path
+from tests.support.journey import JourneyRun, delivered, state_path
 
 WATCHDOG = "anchorwatch:watchdog"
 
@@ -33,15 +33,6 @@ def store_rows(run: JourneyRun, incident_id: str) -> list[dict[str, Any]]:
         return store.outbox_rows(incident_id)
     finally:
         store.close()
-
-
-def _pages_sent(run: JourneyRun, incident_id: str) -> int:
-    """The incident's triggers PagerDuty took, by the outbox: its opening and updates."""
-    return sum(
-        1
-        for r in store_rows(run, incident_id)
-        if (r["integration"], r["action"], r["outcome"]) == ("pagerduty", "open", "sent")
-    )
 
 
 def _get(url: str) -> Any:
@@ -121,9 +112,10 @@ def test_each_labelled_incident_reaches_slack_and_jira_exactly_once(
     # change delivered (its opening, then any update: the watchdog's notice keeps changing
     # while the services outlive the run), never one twice. The services still run, so the
     # outbox is read before and after the local PagerDuty.
-    before = {i.row.incident_id: _pages_sent(run, i.row.incident_id) for i in listings}
+    ids = [i.row.incident_id for i in listings]
+    before = delivered(run, ids, "pagerduty", "open")  # its opening and updates
     alerts = _get(f"{run.journey.destinations.pagerduty_url}/_local/alerts")["alerts"]
-    after = {i.row.incident_id: _pages_sent(run, i.row.incident_id) for i in listings}
+    after = delivered(run, ids, "pagerduty", "open")
     paged = {a["dedup_key"]: a for a in alerts}
     assert len(paged) == len(alerts)
     for i in [*judged, group, notice]:
