@@ -20,8 +20,8 @@ class SnapshotReader:
         summary_header: bytes,
     ) -> None: ...
     def kong(
-        self, body: bytes, source: str, earliest_ms: int, latest_ms: int
+        self, body: bytes, source: str, earliest_ms: int, latest_ms: int, summaries: bool = True
     ) -> list[Accepted | None] | None: ...
     def ndjson_line(
-        self, line: bytes, source: str, earliest_ms: int, latest_ms: int
+        self, line: bytes, source: str, earliest_ms: int, latest_ms: int, summaries: bool = True
     ) -> Accepted | None: ...

@@ -143,22 +143,32 @@ def kong_body(
     source: str,
     window: TimeWindow | None = None,
     fast: bool = True,
+    summaries: bool = True,
 ) -> Batch:
     """One Kong http-log request body: an entry or an array of entries. ``window``: the
     event times accepted now (None: whatever the contract allows). ``fast=False``: the
     reference path only (orjson and the contract for every entry), which the fast path
-    must equal; for tests."""
-    if fast and (batch := _kong_body_fast(body, fmt, source=source, window=window)) is not None:
+    must equal; for tests. ``summaries=False``: the compiled path leaves each summary
+    unmade (``Accepted.summary`` None), for a service that writes no summaries topic."""
+    if (
+        fast
+        and (batch := _kong_body_fast(body, fmt, source=source, window=window, summaries=summaries))
+        is not None
+    ):
         return batch
     if not body.strip():
         raise BodyError("empty body: expected a Kong log entry (a JSON object) or an array of them")
-    if fast and (batch := _kong_array_by_entry(body, fmt, source=source, window=window)):
+    if fast and (
+        batch := _kong_array_by_entry(body, fmt, source=source, window=window, summaries=summaries)
+    ):
         return batch
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         # One entry that is not JSON must not sink its neighbours: split the batch.
-        if (batch := _kong_entries(body, fmt, source=source, window=window)) is not None:
+        if (
+            batch := _kong_entries(body, fmt, source=source, window=window, summaries=summaries)
+        ) is not None:
             return batch
         raise BodyError(f"body is not JSON: {exc}") from None
     if not isinstance(value, dict | list):
@@ -173,7 +183,12 @@ def kong_body(
 
 
 def _kong_array_by_entry(
-    body: bytes, fmt: KongFormat, *, source: str, window: TimeWindow | None
+    body: bytes,
+    fmt: KongFormat,
+    *,
+    source: str,
+    window: TimeWindow | None,
+    summaries: bool = True,
 ) -> Batch | None:
     """A JSON array of entries that the compiled reader cannot read as a whole, one entry
     at a time (each through the compiled reader first), as the reference path would answer:
@@ -184,7 +199,7 @@ def _kong_array_by_entry(
     batch = Batch()
     reader = _reader(fmt)
     for part in parts:
-        records = reader.kong(part, source, *_bounds(window))
+        records = reader.kong(part, source, *_bounds(window), summaries)
         if records is not None and len(records) == 1 and records[0] is not None:
             batch.accepted.append(records[0])
             continue
@@ -197,7 +212,12 @@ def _kong_array_by_entry(
 
 
 def _kong_entries(
-    body: bytes, fmt: KongFormat, *, source: str, window: TimeWindow | None
+    body: bytes,
+    fmt: KongFormat,
+    *,
+    source: str,
+    window: TimeWindow | None,
+    summaries: bool = True,
 ) -> Batch | None:
     """A body that is not JSON as a whole, entry by entry: the entries that parse as
     usual, the others dead-lettered naming their index and field. None when the top level
@@ -208,7 +228,7 @@ def _kong_entries(
     batch = Batch()
     reader = _reader(fmt)
     for index, part in enumerate(parts):
-        fast = reader.kong(part, source, *_bounds(window))
+        fast = reader.kong(part, source, *_bounds(window), summaries)
         if fast is not None and len(fast) == 1 and fast[0] is not None:
             batch.accepted.append(fast[0])
             continue
@@ -223,12 +243,17 @@ def _kong_entries(
 
 
 def _kong_body_fast(
-    body: bytes, fmt: KongFormat, *, source: str, window: TimeWindow | None
+    body: bytes,
+    fmt: KongFormat,
+    *,
+    source: str,
+    window: TimeWindow | None,
+    summaries: bool = True,
 ) -> Batch | None:
     """``kong_body`` for a body the compiled reader can read: each entry it accepts, and
     the reference path (``add_kong_value``) for the rest. None: use the reference path for
     the whole body."""
-    records = _reader(fmt).kong(body, source, *_bounds(window))
+    records = _reader(fmt).kong(body, source, *_bounds(window), summaries)
     if records is None:
         return None
     # Only the entries it refuses are parsed again, one at a time: orjson's reading of a
@@ -282,10 +307,15 @@ def add_kong_value(
 
 
 def ndjson_body(
-    body: bytes, *, source: str, window: TimeWindow | None = None, fast: bool = True
+    body: bytes,
+    *,
+    source: str,
+    window: TimeWindow | None = None,
+    fast: bool = True,
+    summaries: bool = True,
 ) -> Batch:
-    """NDJSON snapshot events, one per line; blank lines are skipped. ``window`` and
-    ``fast=False``: as for ``kong_body``."""
+    """NDJSON snapshot events, one per line; blank lines are skipped. ``window``,
+    ``fast=False`` and ``summaries``: as for ``kong_body``."""
     batch = Batch()
     parsed_any = False
     reader = _reader(DEFAULT_FORMAT) if fast else None
@@ -296,7 +326,8 @@ def ndjson_body(
             continue
         if (
             reader is not None
-            and (record := reader.ndjson_line(line, source, earliest_ms, latest_ms)) is not None
+            and (record := reader.ndjson_line(line, source, earliest_ms, latest_ms, summaries))
+            is not None
         ):
             parsed_any = True
             batch.accepted.append(record)

@@ -322,10 +322,14 @@ class IngestService:
         self.metrics.bytes_in.labels(fmt).inc(len(body))
         window = time_window(self.settings, time.time_ns() // 1_000_000)
         try:
+            # Summaries made only for a service that writes them (a microsecond an event).
+            summaries = bool(self.settings.topics.summaries)
             if fmt == "kong":
-                batch = kong_body(body, self._format, source=gateway.source, window=window)
+                batch = kong_body(
+                    body, self._format, source=gateway.source, window=window, summaries=summaries
+                )
             else:
-                batch = ndjson_body(body, source=gateway.source, window=window)
+                batch = ndjson_body(body, source=gateway.source, window=window, summaries=summaries)
         except BodyError as exc:
             return _json(400, {"error": str(exc)})
         self.gate.admit(batch, gateway, ndjson=fmt == "ndjson")

@@ -7,18 +7,20 @@ use serde_json::ser::{CompactFormatter, Formatter};
 use super::snapshot::{Anchor, Event, KINDS, RESAMPLE, TOP_ANCHORS_PER_EVENT};
 
 /// The figures `SnapshotEvent` computes from its anchors (its computed fields).
-pub(crate) struct Figures<'e, 'a> {
+pub(crate) struct Figures {
     pub(crate) mean_drift: f64,
     pub(crate) max_drift: f64,
     pub(crate) max_kl_divergence: f64,
     pub(crate) resample_count: i64,
-    /// Per kind in `KINDS` order: (anchor count, mean drift, max drift); None: no anchor.
-    pub(crate) kinds: [Option<(usize, f64, f64)>; 8],
-    pub(crate) top_anchors: Vec<&'e Anchor<'a>>,
+    /// Per kind in `KINDS` order: (anchor count, mean drift, the index of its first anchor of
+    /// highest drift); None: no anchor.
+    pub(crate) kinds: [Option<(usize, f64, usize)>; 8],
+    /// The indexes of the top anchors, best first.
+    pub(crate) top_anchors: Vec<usize>,
 }
 
-impl<'e, 'a> Figures<'e, 'a> {
-    fn of(anchors: &'e [Anchor<'a>], compensated_sum: bool) -> Self {
+impl Figures {
+    fn of(anchors: &[Anchor], compensated_sum: bool) -> Self {
         let drifts = anchors.iter().map(|a| a.drift_score);
         let (mean_drift, max_drift, max_kl_divergence) = if anchors.is_empty() {
             (0.0, 0.0, 0.0)
@@ -44,26 +46,55 @@ impl<'e, 'a> Figures<'e, 'a> {
 }
 
 impl Event<'_, '_> {
-    /// The encoded event and its summary (`summary`, after `summary_header`), or None
-    /// where the contract (or a doubt) refuses it, or its time lies outside `window`
-    /// (earliest, latest; inclusive: `validation.TimeWindow`).
+    /// The encoded event and, when `summary_header` is given, its summary (`summary`, after
+    /// the header), or None where the contract (or a doubt) refuses it, or its time lies
+    /// outside `window` (earliest, latest; inclusive: `validation.TimeWindow`).
     pub(crate) fn encode(
         &self,
         compensated_sum: bool,
         window: (i64, i64),
-        summary_header: &[u8],
-    ) -> Option<(Vec<u8>, Vec<u8>)> {
+        summary_header: Option<&[u8]>,
+    ) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
         if !self.valid(window) {
             return None;
         }
         let figures = Figures::of(self.anchors, compensated_sum);
-        Some((self.json(&figures), self.summary(&figures, summary_header)))
+        let summary = summary_header.map(|header| self.summary(&figures, header));
+        Some((self.json(&figures), summary))
+    }
+
+    /// Bytes the encoded event takes, about (a little more for most): one allocation, no
+    /// growth that copies what is written so far.
+    fn json_capacity(&self, figures: &Figures) -> usize {
+        let text = |t: Option<&str>| t.map_or(0, str::len);
+        let anchors: usize = self
+            .anchors
+            .iter()
+            .map(|a| 200 + a.anchor_id.len() + a.recommendation.len())
+            .sum();
+        let top: usize = figures
+            .top_anchors
+            .iter()
+            .map(|&i| 64 + self.anchors[i].anchor_id.len())
+            .sum();
+        let kinds = 80 * figures.kinds.iter().flatten().count();
+        320 + self.event_id.len()
+            + self.doc_type.len()
+            + text(self.source)
+            + text(self.model)
+            + anchors
+            + kinds
+            + top
     }
 
     fn json(&self, figures: &Figures) -> Vec<u8> {
         // What contracts.encode(SnapshotEvent(...)) writes: the fields in model order,
         // `source` and `model` left out when None, then the computed fields.
-        let mut out = Json(Vec::with_capacity(256 + 192 * self.anchors.len()));
+        let mut out = Json(Vec::with_capacity(self.json_capacity(figures)));
+        // Where each anchor's id (quoted) and drift are written: a kind's max and a top
+        // anchor's id and drift are copied from there rather than escaped or formatted again.
+        let mut id_text = Vec::with_capacity(self.anchors.len());
+        let mut drift_text = Vec::with_capacity(self.anchors.len());
         out.raw(b"{\"event_id\":");
         out.string(self.event_id);
         out.raw(b",\"event_time_ms\":");
@@ -80,7 +111,9 @@ impl Event<'_, '_> {
                 out.raw(b",");
             }
             out.raw(b"{\"anchor_id\":");
+            let from = out.0.len();
             out.string(&anchor.anchor_id);
+            id_text.push(from..out.0.len());
             out.raw(b",\"position\":");
             out.int(anchor.position);
             out.raw(b",\"l2_norm\":");
@@ -90,7 +123,9 @@ impl Event<'_, '_> {
             out.raw(b",\"kl_divergence\":");
             out.float(anchor.kl_divergence);
             out.raw(b",\"drift_score\":");
+            let from = out.0.len();
             out.float(anchor.drift_score);
+            drift_text.push(from..out.0.len());
             out.raw(b",\"recommendation\":");
             out.string(&anchor.recommendation);
             out.raw(b"}");
@@ -119,32 +154,35 @@ impl Event<'_, '_> {
         out.raw(b",\"kinds\":{");
         let mut first = true;
         for (kind, figures) in KINDS.iter().zip(figures.kinds) {
-            let Some((count, mean, max)) = figures else {
+            let Some((count, mean, max_at)) = figures else {
                 continue;
             };
             if !std::mem::take(&mut first) {
                 out.raw(b",");
             }
-            out.string(kind);
-            out.raw(b":{\"anchor_count\":");
+            // Kind names need no escaping.
+            out.raw(b"\"");
+            out.raw(kind.as_bytes());
+            out.raw(b"\":{\"anchor_count\":");
             out.int(count as i64);
             out.raw(b",\"mean_drift\":");
             out.float(mean);
             out.raw(b",\"max_drift\":");
-            out.float(max);
+            out.0.extend_from_within(drift_text[max_at].clone());
             out.raw(b"}");
         }
         out.raw(b"},\"top_anchors\":[");
-        for (i, anchor) in figures.top_anchors.iter().enumerate() {
+        for (i, &at) in figures.top_anchors.iter().enumerate() {
             if i > 0 {
                 out.raw(b",");
             }
+            let anchor = &self.anchors[at];
             out.raw(b"{\"anchor_id\":");
-            out.string(&anchor.anchor_id);
+            out.0.extend_from_within(id_text[at].clone());
             out.raw(b",\"position\":");
             out.int(anchor.position);
             out.raw(b",\"drift_score\":");
-            out.float(anchor.drift_score);
+            out.0.extend_from_within(drift_text[at].clone());
             out.raw(b"}");
         }
         out.raw(b"]}");
@@ -155,29 +193,35 @@ impl Event<'_, '_> {
 /// `breakdown.anchor_kind`: the index in `KINDS` of the id's text before the first `_`,
 /// else OTHER's (the last).
 fn kind_of(anchor_id: &str) -> usize {
-    let prefix = anchor_id.split('_').next().unwrap_or(anchor_id);
+    let id = anchor_id.as_bytes();
+    let prefix = id
+        .iter()
+        .position(|&b| b == b'_')
+        .map_or(id, |end| &id[..end]);
     let others = KINDS.len() - 1;
     KINDS[..others]
         .iter()
-        .position(|k| *k == prefix)
+        .position(|k| k.as_bytes() == prefix)
         .unwrap_or(others)
 }
 
-/// `breakdown.kind_figures`: per kind in `KINDS` order, (count, mean drift, max drift) of
-/// its anchors, None when it has none. Each kind's sum runs over its anchors in log order,
-/// as Python's `sum` of the kind's list does.
-fn kind_figures(anchors: &[Anchor], compensated: bool) -> [Option<(usize, f64, f64)>; 8] {
-    let mut sums = [(0_usize, PythonSum::default(), 0.0_f64); 8];
-    for anchor in anchors {
-        let (count, sum, max) = &mut sums[kind_of(&anchor.anchor_id)];
+/// `breakdown.kind_figures`: per kind in `KINDS` order, (count, mean drift, the index of
+/// its max drift's anchor) of its anchors, None when it has none. Each kind's sum runs over
+/// its anchors in log order, as Python's `sum` of the kind's list does.
+fn kind_figures(anchors: &[Anchor], compensated: bool) -> [Option<(usize, f64, usize)>; 8] {
+    let mut sums = [(0_usize, PythonSum::default(), 0_usize); 8];
+    for (i, anchor) in anchors.iter().enumerate() {
+        let (count, sum, max_at) = &mut sums[kind_of(&anchor.anchor_id)];
         // Python's max(): the first of equal values wins.
-        if *count == 0 || anchor.drift_score > *max {
-            *max = anchor.drift_score;
+        if *count == 0 || anchor.drift_score > anchors[*max_at].drift_score {
+            *max_at = i;
         }
         *count += 1;
         sum.add(anchor.drift_score, compensated);
     }
-    sums.map(|(count, sum, max)| (count > 0).then(|| (count, sum.total() / count as f64, max)))
+    sums.map(|(count, sum, max_at)| {
+        (count > 0).then(|| (count, sum.total() / count as f64, max_at))
+    })
 }
 
 /// `breakdown.anchor_order`: `a` ranks before `b` (higher drift, then lower position, then
@@ -190,20 +234,21 @@ fn ranks_before(a: &Anchor, b: &Anchor) -> bool {
     (a.position, &*a.anchor_id) < (b.position, &*b.anchor_id)
 }
 
-/// `breakdown.top_anchors`: the first `TOP_ANCHORS_PER_EVENT` by `ranks_before`, best first,
-/// in one pass (Python sorts the whole log; anchors with equal keys write equal bytes, so
-/// which of them is kept does not show).
-fn top_anchors<'e, 'a>(anchors: &'e [Anchor<'a>]) -> Vec<&'e Anchor<'a>> {
-    let mut top: Vec<&Anchor> = Vec::with_capacity(TOP_ANCHORS_PER_EVENT + 1);
-    for anchor in anchors {
-        if top.len() == TOP_ANCHORS_PER_EVENT && !ranks_before(anchor, top[top.len() - 1]) {
+/// `breakdown.top_anchors`: the indexes of the first `TOP_ANCHORS_PER_EVENT` by
+/// `ranks_before`, best first, in one pass (Python sorts the whole log; anchors with equal
+/// keys write equal bytes, so which of them is kept does not show).
+fn top_anchors(anchors: &[Anchor]) -> Vec<usize> {
+    let mut top: Vec<usize> = Vec::with_capacity(TOP_ANCHORS_PER_EVENT + 1);
+    for (i, anchor) in anchors.iter().enumerate() {
+        if top.len() == TOP_ANCHORS_PER_EVENT && !ranks_before(anchor, &anchors[top[top.len() - 1]])
+        {
             continue;
         }
         let at = top
             .iter()
-            .position(|t| ranks_before(anchor, t))
+            .position(|&t| ranks_before(anchor, &anchors[t]))
             .unwrap_or(top.len());
-        top.insert(at, anchor);
+        top.insert(at, i);
         top.truncate(TOP_ANCHORS_PER_EVENT);
     }
     top

@@ -442,6 +442,7 @@ fn kong_event(
     source: &str,
     window: (i64, i64),
     compensated_sum: bool,
+    summaries: bool,
 ) -> Option<EventRecord> {
     if entry.doubtful || entry.locations.iter().flatten().any(|h| h.ambiguous) {
         return None;
@@ -499,17 +500,23 @@ fn kong_event(
         model,
         latency_ms,
     }
-    .encode(compensated_sum, window, &config.summary_header)?;
+    .encode(
+        compensated_sum,
+        window,
+        summaries.then_some(&config.summary_header[..]),
+    )?;
     Some((event_id.to_owned(), doc_type.to_owned(), value.0, value.1))
 }
 
-/// Per entry of a Kong body, its event or None; None for a body not read here.
+/// Per entry of a Kong body, its event (with its summary when `summaries`) or None; None
+/// for a body not read here.
 pub(crate) fn kong_events(
     config: &Config,
     body: &[u8],
     source: &str,
     window: (i64, i64),
     compensated_sum: bool,
+    summaries: bool,
 ) -> Option<Vec<Option<EventRecord>>> {
     // The reference refuses invalid UTF-8 anywhere, including in what this skips.
     let text = std::str::from_utf8(body).ok()?;
@@ -519,7 +526,7 @@ pub(crate) fn kong_events(
     let events = entries.iter();
     Some(
         events
-            .map(|entry| kong_event(entry, config, source, window, compensated_sum))
+            .map(|entry| kong_event(entry, config, source, window, compensated_sum, summaries))
             .collect(),
     )
 }

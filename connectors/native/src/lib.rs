@@ -182,7 +182,9 @@ impl SnapshotReader {
 
     /// One Kong http-log body: per entry, its `Accepted` or None (take the reference path
     /// for it). None for the whole body when it is not one this reader can read. Events
-    /// timed outside `earliest_ms..=latest_ms` are not accepted here.
+    /// timed outside `earliest_ms..=latest_ms` are not accepted here. Without `summaries`,
+    /// an `Accepted` has no summary (None: made from the record if ever asked for).
+    #[pyo3(signature = (body, source, earliest_ms, latest_ms, summaries = true))]
     fn kong<'py>(
         &self,
         py: Python<'py>,
@@ -190,11 +192,13 @@ impl SnapshotReader {
         source: &str,
         earliest_ms: i64,
         latest_ms: i64,
+        summaries: bool,
     ) -> PyResult<Option<Bound<'py, PyList>>> {
         let window = (earliest_ms, latest_ms);
+        let compensated = self.compensated_sum;
         // Reading, checking and encoding touch no Python object: other threads run meanwhile.
         let Some(events) =
-            py.detach(|| kong_events(&self.config, body, source, window, self.compensated_sum))
+            py.detach(|| kong_events(&self.config, body, source, window, compensated, summaries))
         else {
             return Ok(None);
         };
@@ -206,7 +210,7 @@ impl SnapshotReader {
                     event_id,
                     doc_type,
                     PyBytes::new(py, &value),
-                    PyBytes::new(py, &summary),
+                    summary.map(|s| PyBytes::new(py, &s)),
                 ))?),
                 None => None,
             });
@@ -215,7 +219,8 @@ impl SnapshotReader {
     }
 
     /// One NDJSON line: its `Accepted`, or None (take the reference path). An event without
-    /// a `source` gets ``source``.
+    /// a `source` gets ``source``. Without `summaries`, as for `kong`.
+    #[pyo3(signature = (line, source, earliest_ms, latest_ms, summaries = true))]
     fn ndjson_line<'py>(
         &self,
         py: Python<'py>,
@@ -223,6 +228,7 @@ impl SnapshotReader {
         source: &str,
         earliest_ms: i64,
         latest_ms: i64,
+        summaries: bool,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let Ok(text) = std::str::from_utf8(line) else {
             return Ok(None);
@@ -244,7 +250,7 @@ impl SnapshotReader {
         .encode(
             self.compensated_sum,
             (earliest_ms, latest_ms),
-            &self.config.summary_header,
+            summaries.then_some(&self.config.summary_header[..]),
         );
         match encoded {
             Some((value, summary)) => self
@@ -254,7 +260,7 @@ impl SnapshotReader {
                     &*event.event_id,
                     &*event.doc_type,
                     PyBytes::new(py, &value),
-                    PyBytes::new(py, &summary),
+                    summary.map(|s| PyBytes::new(py, &s)),
                 ))
                 .map(Some),
             None => Ok(None),

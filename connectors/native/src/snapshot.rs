@@ -92,8 +92,9 @@ impl Anchor<'_> {
     }
 }
 
-/// An accepted event: its id, its doc type (the key), the encoded record and its summary.
-pub(crate) type EventRecord = (String, String, Vec<u8>, Vec<u8>);
+/// An accepted event: its id, its doc type (the key), the encoded record and its summary
+/// (when asked for).
+pub(crate) type EventRecord = (String, String, Vec<u8>, Option<Vec<u8>>);
 
 /// The event's field values, before the event-level checks.
 pub(crate) struct Event<'e, 'a> {

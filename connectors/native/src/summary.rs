@@ -47,7 +47,22 @@ impl Avro {
 impl Event<'_, '_> {
     /// The summary of this (valid) event with its `figures`.
     pub(crate) fn summary(&self, figures: &Figures, header: &[u8]) -> Vec<u8> {
-        let mut out = Avro(Vec::with_capacity(header.len() + 160));
+        let text = |t: Option<&str>| t.map_or(0, str::len);
+        let kinds = 30 * figures.kinds.iter().flatten().count();
+        let top: usize = figures
+            .top_anchors
+            .iter()
+            .map(|&i| 24 + self.anchors[i].anchor_id.len())
+            .sum();
+        let capacity = header.len()
+            + 96
+            + self.event_id.len()
+            + self.doc_type.len()
+            + text(self.source)
+            + text(self.model)
+            + kinds
+            + top;
+        let mut out = Avro(Vec::with_capacity(capacity));
         out.0.extend_from_slice(header);
         out.string(self.event_id);
         out.long(self.event_time_ms);
@@ -67,18 +82,19 @@ impl Event<'_, '_> {
         if present > 0 {
             out.long(present as i64);
             for (kind, figures) in KINDS.iter().zip(figures.kinds) {
-                if let Some((count, mean, max)) = figures {
+                if let Some((count, mean, max_at)) = figures {
                     out.string(kind);
                     out.long(count as i64);
                     out.double(mean);
-                    out.double(max);
+                    out.double(self.anchors[max_at].drift_score);
                 }
             }
         }
         out.0.push(0);
         if !figures.top_anchors.is_empty() {
             out.long(figures.top_anchors.len() as i64);
-            for anchor in &figures.top_anchors {
+            for &at in &figures.top_anchors {
+                let anchor = &self.anchors[at];
                 out.string(&anchor.anchor_id);
                 out.long(anchor.position);
                 out.double(anchor.drift_score);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from anchorwatch.connectors.publisher import dead_letter
 from anchorwatch.connectors.records import (
+    Batch,
     BodyError,
     Rejected,
     kong_body,
@@ -229,3 +231,24 @@ def test_a_record_with_thousands_of_problems_still_gets_a_dead_letter() -> None:
     assert letter.reason.endswith("...")
     assert letter.field == "anchors[0].anchor_id"
     assert orjson.loads(letter.raw) == event
+
+
+def test_without_summaries_the_records_are_the_same_and_the_summary_is_made_on_demand() -> None:
+    """A service writing no summaries topic skips making them; nothing else changes, and a
+    summary asked for anyway is the compiled path's, byte for byte."""
+    events = _events()[:40]
+    kong = orjson.dumps([to_kong_entry(e) for e in events])
+    lines = b"\n".join(encode(e) for e in events)
+    readers: list[Callable[[bool], Batch]] = [
+        lambda summaries: kong_body(kong, source="kong", summaries=summaries),
+        lambda summaries: ndjson_body(lines, source="nd", summaries=summaries),
+    ]
+    for read in readers:
+        with_summaries, without = read(True), read(False)
+        assert len(without.accepted) == len(events)
+        assert [a[:3] for a in without.accepted] == [a[:3] for a in with_summaries.accepted]
+        assert all(a.summary is None for a in without.accepted)
+        assert all(a.summary is not None for a in with_summaries.accepted)
+        assert [a.summary_record() for a in without.accepted] == [
+            a.summary for a in with_summaries.accepted
+        ]

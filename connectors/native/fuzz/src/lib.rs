@@ -114,7 +114,7 @@ mod native {
         body: &[u8],
     ) -> Option<Vec<Option<Record>>> {
         let entries = reader
-            .kong(py, body, SOURCE, WINDOW.0, WINDOW.1)
+            .kong(py, body, SOURCE, WINDOW.0, WINDOW.1, true)
             .expect("kong raised")?;
         Some(
             entries
@@ -126,7 +126,7 @@ mod native {
 
     fn ndjson_once(py: Python<'_>, reader: &SnapshotReader, line: &[u8]) -> Option<Record> {
         let item = reader
-            .ndjson_line(py, line, SOURCE, WINDOW.0, WINDOW.1)
+            .ndjson_line(py, line, SOURCE, WINDOW.0, WINDOW.1, true)
             .expect("ndjson_line raised")?;
         Some(record(&item))
     }
