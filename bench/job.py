@@ -29,13 +29,16 @@ read-parse-discard job over the same topic, in one run on this machine.
    N / (wall time - fixed cost), the fixed cost (job start, Python workers, stop) being a
    run of the same job over a 1,000-event topic just before; also the CPU seconds per event
    of the JVM and its Python workers (big run minus small run), which other load on the
-   machine disturbs far less than wall time; and, from Java Flight Recorder samples of the
-   same run, the CPU the job spends downstream of reading and parsing, as a share of the
-   CPU spent reading and parsing: the cost of the job's logic, immune to machine load.
-   `--rounds` alternates the jobs, after `--warmup-rounds` (default 1) unmeasured rounds
-   of them all over the same topic, so that no measured run pays for compiling the code the
-   jobs share (Kafka's reading, the source); medians and ratios (each job against read-parse-discard
-   and read-discard over the same input) are printed. `--dedup both` also
+   machine disturbs far less than wall time; it includes the JIT compiling the job's classes
+   anew (each job gets its own classloader, so the warm-up rounds do not warm them), shown
+   apart as "of it JIT" (the JVM's compiler threads' CPU, big run minus small run); and,
+   from Java Flight Recorder samples of the same run, the CPU the job spends downstream of
+   reading and parsing, as a share of the CPU spent reading and parsing: the cost of the
+   job's logic, immune to machine load. `--rounds` alternates the jobs, after
+   `--warmup-rounds` (default 1) unmeasured rounds of them all over the same topic, so that
+   no measured run pays for compiling the code the jobs share (the JVM's and Flink's own
+   classes: Kafka's reading, the runtime); medians and ratios (each job against
+   read-parse-discard and read-discard over the same input) are printed. `--dedup both` also
    runs the drift job without its event_id deduplication in the same rounds, and prints
    what deduplicating costs. `--jackson` also runs read-parse-discard with the format's
    `decoder` 'jackson' (Flink's JSON decoder for every record, the format before its byte
@@ -147,7 +150,8 @@ def main() -> None:
         type=int,
         default=1,
         help="unmeasured rounds of every job over the same topic first, so that no measured "
-        "run pays for the JIT compiling the code it shares with the others",
+        "run pays for the JIT compiling the JVM's and Flink's own code (not the job's "
+        "classes: each job has its own classloader)",
     )
     parser.add_argument(
         "--dedup",
@@ -276,6 +280,7 @@ def bench(bootstrap: str, args: Any) -> None:
     width = max(len(name) for name, *_ in jobs)
     rates: dict[str, list[float]] = {name: [] for name, *_ in jobs}
     cpus: dict[str, list[float]] = {name: [] for name, *_ in jobs}
+    jits: dict[str, list[float]] = {name: [] for name, *_ in jobs}
     shares: dict[str, list[float]] = {name: [] for name, *_ in jobs}
     peaks: list[float] = []
     # The first Flink call starts the mini-cluster's JVM: its boot would count in the first
@@ -285,9 +290,11 @@ def bench(bootstrap: str, args: Any) -> None:
         job_peer.bench(small, big, jar, workdir, args)
         return
     # Unmeasured runs of every job over the big topic, recorded as the measured ones are:
-    # the JIT compiles the Kafka reading and each job's code, with the flight recorder on,
-    # before any round counts (else round 1 runs cold: read-discard then measured at a third
-    # of its later rate, and a first recording alone slowed every job of its round).
+    # the JIT compiles the JVM's and Flink's own code (the Kafka reading, the runtime), with
+    # the flight recorder on, before any round counts (else round 1 runs cold: read-discard
+    # then measured at a third of its later rate, and a first recording alone slowed every
+    # job of its round). Not the job's classes: each submission loads them in a classloader
+    # of its own, compiled anew in every run (the "of it JIT" figure).
     for warmup in range(1, args.warmup_rounds + 1):
         for name, fn, _, _, big_s in jobs:
             with Attribution(workdir) as samples:
@@ -309,21 +316,25 @@ def bench(bootstrap: str, args: Any) -> None:
             verdicts = topic_size(big_s, big_s.topics.verdicts)
             events_per_s = n / max(wall - fixed, 1e-9)
             cpu_us = (watch.cpu_s - fixed_watch.cpu_s) / n * 1e6
+            jit_us = (watch.jit_s - fixed_watch.jit_s) / n * 1e6
             share = split["logic"] / max(split["read+parse"], 1)
             rates[name].append(events_per_s)
             cpus[name].append(cpu_us)
+            jits[name].append(jit_us)
             shares[name].append(share)
             peaks.append(watch.peak_rss / 2**20)
             print(
                 f"round {round_no} {name:<{width}} wall {wall:6.1f}s fixed {fixed:5.1f}s "
-                f"{events_per_s:>10,.0f} events/s  {cpu_us:5.1f} CPU-µs/event  "
+                f"{events_per_s:>10,.0f} events/s  {cpu_us:5.1f} CPU-µs/event "
+                f"({jit_us:.1f} of it JIT)  "
                 f"logic/read+parse {split['logic']}/{split['read+parse']} samples = {share:.0%}  "
                 f"JVM peak RSS {watch.peak_rss / 2**20:,.0f} MiB  "
                 f"verdicts written {verdicts - verdicts_before:,} (in topic {verdicts:,})",
                 flush=True,
             )
-    med_rate, med_cpu, med_share = ({name: statistics.median(v[name]) for name, *_ in jobs}
-                                    for v in (rates, cpus, shares))  # fmt: skip
+    med_rate, med_cpu, med_jit, med_share = ({name: statistics.median(v[name])
+                                              for name, *_ in jobs}
+                                             for v in (rates, cpus, jits, shares))  # fmt: skip
 
     def costs(kind: str) -> str:
         """What a job's share of CPU samples downstream of its source pays for."""
@@ -340,8 +351,9 @@ def bench(bootstrap: str, args: Any) -> None:
             print(f"median over {args.rounds} rounds: {name} {r:,.0f} events/s = "
                   + ", ".join(f"{r / med_rate[ref]:.0%} of {ref}'s {med_rate[ref]:,.0f}/s"
                               for ref in against)
-                  + f"; CPU per event {c:.1f} µs vs "
-                  + ", ".join(f"{ref}'s {med_cpu[ref]:.1f} ({c / med_cpu[ref] - 1:+.0%})"
+                  + f"; CPU per event {c:.1f} µs (JIT {med_jit[name]:.1f}) vs "
+                  + ", ".join(f"{ref}'s {med_cpu[ref]:.1f} (JIT {med_jit[ref]:.1f}, "
+                              f"{c / med_cpu[ref] - 1:+.0%})"
                               for ref in against)
                   + f"; CPU samples: its {costs(kind)} costs {sh:.0%} on top of reading and "
                   "parsing (" + ", ".join(f"{ref}'s {costs(refs[ref])}: {med_share[ref]:.0%}"

@@ -31,12 +31,16 @@ from anchorwatch.kafkaio import client_config
 from bench.job_runs import MIN, snapshot
 from bench.quantiles import MISS
 
+_COMPILER_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
 
 class Watch:
     """While a run lasts, samples a JVM and the Python workers it starts (by default this
     process's Java child, the mini-cluster's TaskManager; or the process ``pid``): the JVM's
     peak RSS, its workers' peak RSS together, and the CPU seconds all of them spend. CPU per
-    event is the figure other load on the machine disturbs least."""
+    event is the figure other load on the machine disturbs least. ``jit_s``: the part of it
+    the JVM's JIT compiler threads spent, read at the same start and end as ``cpu_s``."""
 
     def __init__(self, pid: int | None = None) -> None:
         self.pid = pid
@@ -44,6 +48,8 @@ class Watch:
         self.peak_workers_rss = 0
         self._start: dict[int, float] = {}
         self._last: dict[int, float] = {}
+        self._jit_start: dict[tuple[int, int], float] = {}
+        self._jit_end: dict[tuple[int, int], float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -82,6 +88,24 @@ class Watch:
                 pass
         self.peak_workers_rss = max(self.peak_workers_rss, workers)
 
+    def _compiler_threads(self) -> dict[tuple[int, int], float]:
+        """CPU seconds so far of each JIT compiler thread ("C1 CompilerThread0", "C2 ...";
+        Linux cuts thread names to 15 characters) of the watched JVMs, by (pid, tid)."""
+        out: dict[tuple[int, int], float] = {}
+        for root in self._roots():
+            tasks = Path(f"/proc/{root.pid}/task")
+            with contextlib.suppress(OSError):
+                for task in tasks.iterdir():
+                    with contextlib.suppress(OSError, ValueError, IndexError):
+                        if not (task / "comm").read_text().startswith(_COMPILER_THREADS):
+                            continue
+                        # After the last ')': the name, inside parentheses, may hold spaces.
+                        stat = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                        # Fields 14 and 15 (utime, stime); stat[0] is field 3 (state).
+                        ticks = int(stat[11]) + int(stat[12])
+                        out[root.pid, int(task.name)] = ticks / _CLK_TCK
+        return out
+
     def _run(self) -> None:
         while not self._stop.wait(0.2):
             self._sample()
@@ -91,9 +115,17 @@ class Watch:
         # Processes born during the run (Python workers) count from zero.
         return sum(last - self._start.get(pid, 0.0) for pid, last in self._last.items())
 
+    @property
+    def jit_s(self) -> float:
+        # A compiler thread born during the run counts from zero; one that exited before the
+        # end is lost (HotSpot keeps at least one C1 and one C2 thread: on a small machine,
+        # with few of them, none exit).
+        return sum(end - self._jit_start.get(key, 0.0) for key, end in self._jit_end.items())
+
     def __enter__(self) -> Watch:
         self._sample()
         self._start = dict(self._last)
+        self._jit_start = self._compiler_threads()
         self._thread.start()
         return self
 
@@ -101,6 +133,7 @@ class Watch:
         self._stop.set()
         self._thread.join()
         self._sample()
+        self._jit_end = self._compiler_threads()
 
 
 def measured(fn: Any, settings: JobSettings, jar: Path) -> tuple[float, Watch]:
