@@ -35,6 +35,18 @@ def test_the_drift_jobs_medians_are_read_per_input_and_nothing_else() -> None:
     }
 
 
+def test_the_jit_share_of_a_job_line_gives_its_cpu_without_it() -> None:
+    line = (
+        "median over 1 rounds: drift job [summaries] 460,168 events/s = 60% of read-discard "
+        "[summaries]'s 766,000/s; CPU per event 3.7 µs (JIT 0.9) vs read-discard [summaries]'s "
+        "2.0 (JIT 0.3, +85%)"
+    )
+    found = figures(line)
+    assert found["drift job [summaries]: CPU-µs/event"] == 3.7
+    assert round(found["drift job [summaries]: CPU-µs/event without JIT"], 6) == 2.8
+    assert found["drift job [summaries]: events/s"] == 460_168
+
+
 def test_each_ingest_setup_is_read_with_and_without_summaries() -> None:
     found = figures(INGEST)
     assert found["ingest over HTTP, 2 worker(s), 32 connections: events/s"] == 55_123
