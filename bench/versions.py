@@ -19,7 +19,9 @@ it ends; at the end, per figure, each side's median and the median of the per-pa
 
 Figures read from the scripts' output: job.py's `median over N rounds: drift job [...]`
 lines (events/s and CPU per event, and CPU per event without the JIT's share where the line
-gives it) and ingest.py's per-setup lines (events/s, CPU per event). Both sides run the
+gives it), the medians of its floor jobs' `round N read-...` lines (what reading the records,
+and parsing them, costs without the job's logic) and ingest.py's per-setup lines (events/s,
+CPU per event). Both sides run the
 bench script of their own commit, with its own traffic generator: compare commits whose
 bench scripts take the same arguments.
 """
@@ -42,6 +44,12 @@ JOB_LINE = re.compile(
     r"^median over \d+ rounds: (?P<name>drift job(?: \[\w+\])?) (?P<rate>[\d,]+) events/s"
     r".*?; CPU per event (?P<cpu>[\d.]+) µs(?: \(JIT (?P<jit>[\d.]+)\))?"
 )
+# job.py's per-run lines of its floor jobs (read-discard, read-parse-discard), whose medians
+# it does not print on a line of their own: what reading (and parsing) the records alone costs.
+FLOOR_LINE = re.compile(
+    r"^round \d+ (?P<name>read-[\w-]+(?: \[\w+\])?)\s+wall .*?(?P<rate>[\d,]+) events/s\s+"
+    r"(?P<cpu>[\d.]+) CPU-µs/event(?: \((?P<jit>[\d.]+) of it JIT\))?"
+)
 INGEST_LINE = re.compile(
     r"^\s+(?P<name>ingest(?: \+ summaries)? over HTTP, \d+ worker\(s\), \d+ connections): "
     r"\s*(?P<rate>[\d,]+) events/s.*?, (?P<cpu>[\d.]+) us CPU per event"
@@ -49,9 +57,21 @@ INGEST_LINE = re.compile(
 
 
 def figures(output: str) -> dict[str, float]:
-    """The headline figures in one run's output: '<name> events/s' and '<name> CPU-µs'."""
+    """The headline figures in one run's output: '<name> events/s' and '<name> CPU-µs' (a
+    floor job's: the median of its rounds)."""
     found: dict[str, float] = {}
+    floors: dict[str, list[float]] = {}
     for line in output.splitlines():
+        floor = FLOOR_LINE.match(line)
+        if floor:
+            name = floor["name"]
+            floors.setdefault(f"{name}: events/s", []).append(float(floor["rate"].replace(",", "")))
+            floors.setdefault(f"{name}: CPU-µs/event", []).append(float(floor["cpu"]))
+            if floor["jit"] is not None:
+                floors.setdefault(f"{name}: CPU-µs/event without JIT", []).append(
+                    float(floor["cpu"]) - float(floor["jit"])
+                )
+            continue
         match = JOB_LINE.match(line) or INGEST_LINE.match(line)
         if match:
             name = match["name"]
@@ -63,6 +83,7 @@ def figures(output: str) -> dict[str, float]:
                 found[f"{name}: CPU-µs/event without JIT"] = float(match["cpu"]) - float(
                     match["jit"]
                 )
+    found.update((key, statistics.median(values)) for key, values in floors.items())
     return found
 
 
