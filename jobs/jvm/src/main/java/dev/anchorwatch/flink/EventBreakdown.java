@@ -85,16 +85,42 @@ final class EventBreakdown {
         topRefused = false;
     }
 
-    /** The kind whose name is these bytes, or -1 for a name the contract does not know. */
+    /**
+     * The kind whose name is these bytes, or -1 for a name the contract does not know. The
+     * length and, where two names share it, the first byte pick the one name to compare
+     * (an event names most kinds, so this runs several times per event).
+     */
     static int kindIndex(byte[] array, int from, int length) {
-        for (int k = 0; k < KIND_COUNT; k++) {
-            byte[] name = KIND_NAMES[k];
-            if (name.length == length && array[from] == name[0]
-                    && java.util.Arrays.equals(array, from, from + length, name, 0, length)) {
-                return k;
+        int k;
+        switch (length) {
+            case 4:
+                k = 3; // LIST
+                break;
+            case 5:
+                k = array[from] == 'T' ? 2 : 7; // TABLE, OTHER
+                break;
+            case 6:
+                k = 1; // ENTITY
+                break;
+            case 7:
+                k = 0; // SECTION
+                break;
+            case 8:
+                k = 5; // TIMELINE
+                break;
+            case 9:
+                k = array[from] == 'C' ? 4 : 6; // CONDITION, REFERENCE
+                break;
+            default:
+                return -1;
+        }
+        byte[] name = KIND_NAMES[k];
+        for (int i = 0; i < length; i++) {
+            if (array[from + i] != name[i]) {
+                return -1;
             }
         }
-        return -1;
+        return k;
     }
 
     /**

@@ -170,18 +170,42 @@ final class JsonSyntax {
      * printable ASCII without escapes; UNSURE for anything else.
      */
     static int plainStringEnd(byte[] m, int p, int n) {
+        p = plainRunEnd(m, p, n);
+        return p < n && m[p] == '"' ? p : UNSURE;
+    }
+
+    private static final long ONES = 0x0101010101010101L;
+    private static final long HIGHS = 0x8080808080808080L;
+
+    /**
+     * The first position from {@code p} on whose byte is not {@link #PLAIN} (a quote, a
+     * backslash, a control character or a byte of a multi-byte character), or {@code n}:
+     * eight bytes at a time (SWAR), as most of a snapshot is strings to step over.
+     */
+    static int plainRunEnd(byte[] m, int p, int n) {
+        for (; p + 8 <= n; p += 8) {
+            long x = (long) LONGS.get(m, p);
+            long quote = x ^ 0x2222222222222222L;
+            long backslash = x ^ 0x5C5C5C5C5C5C5C5CL;
+            // Per byte, the high bit set where it is a quote, a backslash, below 0x20 or
+            // 0x80 and up. A borrow can mark a byte past a marked one, never before it, so the
+            // lowest mark (little-endian: the first byte) is exact.
+            long marks = (((quote - ONES) & ~quote) | ((backslash - ONES) & ~backslash)
+                    | ((x - 0x20 * ONES) & ~x) | x) & HIGHS;
+            if (marks != 0) {
+                return p + (Long.numberOfTrailingZeros(marks) >>> 3);
+            }
+        }
         while (p < n && PLAIN[m[p] & 0xFF]) {
             p++;
         }
-        return p < n && m[p] == '"' ? p : UNSURE;
+        return p;
     }
 
     /** Position after the closing quote of a string whose content starts at {@code p}. */
     private static int stringEnd(byte[] m, int p, int n) {
         while (true) {
-                while (p < n && PLAIN[m[p] & 0xFF]) {
-                p++;
-            }
+            p = plainRunEnd(m, p, n);
             if (p >= n) {
                 return UNSURE;
             }
