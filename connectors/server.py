@@ -171,6 +171,8 @@ class IngestService:
         # credentials that do not load: CredentialsError, naming the file and the field.
         self.gate = Gate(options, self.metrics)
         self._format = kong_format(settings)
+        # Summaries made only for a service that writes them (a microsecond an event).
+        self._summaries = bool(settings.topics.summaries)
         self._max_body = options.max_body_bytes
         self._retry_after = str(options.retry_after_s)
         self._reuse_port = reuse_port
@@ -322,8 +324,7 @@ class IngestService:
         self.metrics.bytes_in.labels(fmt).inc(len(body))
         window = time_window(self.settings, time.time_ns() // 1_000_000)
         try:
-            # Summaries made only for a service that writes them (a microsecond an event).
-            summaries = bool(self.settings.topics.summaries)
+            summaries = self._summaries
             if fmt == "kong":
                 batch = kong_body(
                     body, self._format, source=gateway.source, window=window, summaries=summaries

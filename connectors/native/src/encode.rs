@@ -66,7 +66,6 @@ impl Event<'_, '_> {
     /// Bytes the encoded event takes, about (a little more for most): one allocation, no
     /// growth that copies what is written so far.
     fn json_capacity(&self, figures: &Figures) -> usize {
-        let text = |t: Option<&str>| t.map_or(0, str::len);
         let anchors: usize = self
             .anchors
             .iter()
@@ -78,13 +77,7 @@ impl Event<'_, '_> {
             .map(|&i| 64 + self.anchors[i].anchor_id.len())
             .sum();
         let kinds = 80 * figures.kinds.iter().flatten().count();
-        320 + self.event_id.len()
-            + self.doc_type.len()
-            + text(self.source)
-            + text(self.model)
-            + anchors
-            + kinds
-            + top
+        320 + self.text_len() + anchors + kinds + top
     }
 
     fn json(&self, figures: &Figures) -> Vec<u8> {

@@ -112,6 +112,15 @@ pub(crate) struct Event<'e, 'a> {
 }
 
 impl Event<'_, '_> {
+    /// Bytes of the event's own strings (id, doc type, source, model): what both of its
+    /// encodings take for them, before escaping.
+    pub(crate) fn text_len(&self) -> usize {
+        self.event_id.len()
+            + self.doc_type.len()
+            + self.source.map_or(0, str::len)
+            + self.model.map_or(0, str::len)
+    }
+
     /// Whether the contract (without a doubt) accepts the event, and its time lies within
     /// `window` (earliest, latest; inclusive: `validation.TimeWindow`).
     pub(crate) fn valid(&self, window: (i64, i64)) -> bool {

@@ -47,21 +47,13 @@ impl Avro {
 impl Event<'_, '_> {
     /// The summary of this (valid) event with its `figures`.
     pub(crate) fn summary(&self, figures: &Figures, header: &[u8]) -> Vec<u8> {
-        let text = |t: Option<&str>| t.map_or(0, str::len);
         let kinds = 30 * figures.kinds.iter().flatten().count();
         let top: usize = figures
             .top_anchors
             .iter()
             .map(|&i| 24 + self.anchors[i].anchor_id.len())
             .sum();
-        let capacity = header.len()
-            + 96
-            + self.event_id.len()
-            + self.doc_type.len()
-            + text(self.source)
-            + text(self.model)
-            + kinds
-            + top;
+        let capacity = header.len() + 96 + self.text_len() + kinds + top;
         let mut out = Avro(Vec::with_capacity(capacity));
         out.0.extend_from_slice(header);
         out.string(self.event_id);

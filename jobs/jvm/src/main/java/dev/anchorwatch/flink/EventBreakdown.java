@@ -26,10 +26,24 @@ final class EventBreakdown {
 
     private static final byte[][] KIND_NAMES = new byte[KIND_COUNT][];
 
+    /** Per slot of a name's length and first byte, the one kind that can have it, or -1. */
+    private static final int[] CANDIDATE = new int[256];
+
     static {
+        java.util.Arrays.fill(CANDIDATE, -1);
         for (int k = 0; k < KIND_COUNT; k++) {
             KIND_NAMES[k] = KINDS[k].getBytes(StandardCharsets.US_ASCII);
+            int slot = candidateSlot(KIND_NAMES[k].length, KIND_NAMES[k][0]);
+            if (CANDIDATE[slot] >= 0) {
+                throw new IllegalStateException(KINDS[k] + " shares a slot with "
+                        + KINDS[CANDIDATE[slot]] + ": change candidateSlot");
+            }
+            CANDIDATE[slot] = k;
         }
+    }
+
+    private static int candidateSlot(int length, byte first) {
+        return ((length << 5) ^ first) & 0xFF;
     }
 
     /** breakdown.TOP_ANCHORS_PER_EVENT: the contract allows no more. */
@@ -87,32 +101,16 @@ final class EventBreakdown {
 
     /**
      * The kind whose name is these bytes, or -1 for a name the contract does not know. The
-     * length and, where two names share it, the first byte pick the one name to compare
-     * (an event names most kinds, so this runs several times per event).
+     * length and first byte pick the one name to compare ({@link #CANDIDATE}): an event
+     * names most kinds, so this runs several times per event.
      */
     static int kindIndex(byte[] array, int from, int length) {
-        int k;
-        switch (length) {
-            case 4:
-                k = 3; // LIST
-                break;
-            case 5:
-                k = array[from] == 'T' ? 2 : 7; // TABLE, OTHER
-                break;
-            case 6:
-                k = 1; // ENTITY
-                break;
-            case 7:
-                k = 0; // SECTION
-                break;
-            case 8:
-                k = 5; // TIMELINE
-                break;
-            case 9:
-                k = array[from] == 'C' ? 4 : 6; // CONDITION, REFERENCE
-                break;
-            default:
-                return -1;
+        if (length == 0) {
+            return -1;
+        }
+        int k = CANDIDATE[candidateSlot(length, array[from])];
+        if (k < 0 || KIND_NAMES[k].length != length) {
+            return -1;
         }
         byte[] name = KIND_NAMES[k];
         for (int i = 0; i < length; i++) {
